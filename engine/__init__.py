@@ -1,0 +1,36 @@
+"""deltalog.engine: an embedded, event-sourced LMDB store for LangGraph checkpoints.
+
+>>> from deltalog.engine import DeltaLogSaver  # doctest: +SKIP
+>>> with DeltaLogSaver.from_path("chat.lmdb") as saver:  # doctest: +SKIP
+...     graph = builder.compile(checkpointer=saver)
+"""
+
+from deltalog.engine.errors import (
+    ConfigError,
+    CorruptRecordError,
+    DeltaChainError,
+    DeltaLogError,
+    FormatVersionError,
+    InvalidInputError,
+    KeyTooLongError,
+    StoreFullError,
+    StoreOpenError,
+    ThreadExistsError,
+)
+from deltalog.engine.saver import DeltaLogSaver
+from deltalog.engine.store import Store
+
+__all__ = [
+    "ConfigError",
+    "CorruptRecordError",
+    "DeltaChainError",
+    "DeltaLogError",
+    "DeltaLogSaver",
+    "FormatVersionError",
+    "InvalidInputError",
+    "KeyTooLongError",
+    "Store",
+    "StoreFullError",
+    "StoreOpenError",
+    "ThreadExistsError",
+]

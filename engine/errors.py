@@ -1,0 +1,66 @@
+"""The one exception hierarchy of deltalog.
+
+Every error the engine raises on purpose derives from :class:`DeltaLogError`.
+Messages name the bad value and say how to fix it. LMDB's own exceptions are
+translated into these at the transaction boundary (``deltalog.engine.store``),
+so callers never need to import ``lmdb``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "CorruptRecordError",
+    "DeltaChainError",
+    "DeltaLogError",
+    "FormatVersionError",
+    "InvalidInputError",
+    "KeyTooLongError",
+    "StoreFullError",
+    "StoreOpenError",
+    "ThreadExistsError",
+]
+
+
+class DeltaLogError(Exception):
+    """Base class of every error deltalog raises on purpose."""
+
+
+class InvalidInputError(DeltaLogError, ValueError):
+    """A caller passed a value the engine cannot store (R9).
+
+    Raised before anything is written.
+    """
+
+
+class ConfigError(InvalidInputError):
+    """A ``RunnableConfig`` lacks a required key or has a value of the wrong type."""
+
+
+class KeyTooLongError(InvalidInputError):
+    """A key component (e.g. a non-uuid checkpoint id or a task path) cannot fit
+    LMDB's 511-byte key limit."""
+
+
+class ThreadExistsError(DeltaLogError):
+    """``copy_thread`` was asked to copy onto a thread that already has checkpoints."""
+
+
+class DeltaChainError(DeltaLogError):
+    """A maintenance operation would cut the delta chain of a checkpoint that stays (R7)."""
+
+
+class StoreOpenError(DeltaLogError):
+    """The store could not be opened (missing folder, garbage file, unsupported filesystem)."""
+
+
+class FormatVersionError(StoreOpenError):
+    """The store was written by a newer (or unknown) on-disk format version (R10)."""
+
+
+class StoreFullError(DeltaLogError):
+    """The LMDB map reached its configured cap, or the disk is full; nothing was written."""
+
+
+class CorruptRecordError(DeltaLogError):
+    """A stored record could not be decoded. The message names the database and key."""

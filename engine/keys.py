@@ -1,0 +1,358 @@
+"""The on-disk key layout of a deltalog store. No other module builds key bytes.
+
+One LMDB environment holds these named databases (``FORMAT_VERSION`` = 1):
+
+============  ==========================================================  ==========================
+database      key (byte encoding, in order)                               value
+============  ==========================================================  ==========================
+meta          ASCII name (``format_version``, ``name_seq``)               msgpack int
+names         kind(1) · name-key                                          name id (u64 BE)
+names_rev     kind(1) · name id (u64 BE)                                  UTF-8 name
+checkpoints   thread(u64) · ns(u64) · checkpoint_id(id)                   checkpoint record
+writes        thread(u64) · ns(u64) · checkpoint_id(id) · task_path(str)  write record
+              · task_id(str) · idx(i32 sign-shifted)
+blobs         thread(u64) · ns(u64) · channel(u64) · version(ver)         blob record
+runs          run_id(run) · thread(u64) · ns(u64) · checkpoint_id(id)     empty
+============  ==========================================================  ==========================
+
+Encodings (all big-endian, every one order-preserving and self-delimiting):
+
+* ``u64`` — an interned name id. ``thread_id``, ``checkpoint_ns`` and channel
+  names of any length are interned in ``names``/``names_rev`` (kind ``t``,
+  ``n``, ``c``), so every key stays far below LMDB's 511-byte limit (R5).
+  A name-key is ``0x00 · UTF-8`` for names up to 400 bytes, else
+  ``0x01 · sha256(UTF-8)`` (the full name is kept in ``names_rev`` and
+  compared on lookup, so a hash collision cannot alias two names).
+* ``id`` — a checkpoint id. ``0x10`` + 16 bytes for a canonical UUID string
+  (LangGraph's uuid6, uuid7, uuid4), ``0x20`` + 16 bytes for a canonical ULID
+  (the ids the engine mints), else ``0x30`` + ``str``. The original string is
+  recovered exactly from the bytes (R4). Byte order equals string order within
+  each family, so "latest" is the last key under a (thread, ns) prefix.
+* ``str`` — UTF-8 with ``0x00`` escaped as ``0x00 0xFF``, then ``0x00 0x00``.
+  Escaping rather than a length prefix keeps byte order equal to Python string
+  order, which ``writes_sort_key`` (task_path, task_id, idx) needs; the
+  escape makes the terminator unambiguous, so no two tuples share bytes.
+* ``i32 sign-shifted`` — ``idx + 2**31`` as u32, so special writes (-1…-4)
+  sort before regular ones (R1).
+* ``ver`` — a channel version: ``0x01`` + i64 sign-shifted for ints,
+  ``0x02`` + order-preserving float64 bits, ``0x03`` + ``str``.
+* ``run`` — ``0x10`` + 16 bytes for a UUID run id, ``0x30`` + ``str`` up to
+  400 bytes, else ``0x40`` + sha256 (the index only narrows the search; the
+  checkpoint record's ``run_id`` is compared before anything is deleted).
+
+Invariants: a checkpoint's writes are contiguous under its checkpoint key
+prefix and come back in ``writes_sort_key`` order; blobs of one channel are
+contiguous and in version order; nothing here depends on the serializer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import uuid
+from typing import Final
+
+from deltalog.engine.errors import InvalidInputError, KeyTooLongError
+from ulid import ULID
+
+__all__ = [
+    "FORMAT_VERSION",
+    "KIND_CHANNEL",
+    "KIND_NS",
+    "KIND_THREAD",
+    "MAX_KEY",
+    "blob_key",
+    "blob_prefix",
+    "checkpoint_key",
+    "decode_blob_key",
+    "decode_checkpoint_key",
+    "decode_id",
+    "decode_run_key",
+    "decode_str",
+    "decode_write_key",
+    "encode_id",
+    "encode_idx",
+    "encode_run",
+    "encode_str",
+    "encode_version",
+    "name_key",
+    "name_rev_key",
+    "ns_prefix",
+    "run_key",
+    "thread_prefix",
+    "u64",
+    "write_key",
+]
+
+FORMAT_VERSION: Final = 1
+MAX_KEY: Final = 511
+# Names longer than this are hashed in the `names` key; 400 leaves room for the kind byte.
+_INLINE_NAME: Final = 400
+# A non-uuid checkpoint id must leave room for task_path/task_id in write keys.
+_MAX_STR_ID: Final = 160
+
+KIND_THREAD: Final = b"t"
+KIND_NS: Final = b"n"
+KIND_CHANNEL: Final = b"c"
+
+_ID_UUID: Final = 0x10
+_ID_ULID: Final = 0x20
+_ID_STR: Final = 0x30
+_RUN_HASH: Final = 0x40
+_VER_INT: Final = 0x01
+_VER_FLOAT: Final = 0x02
+_VER_STR: Final = 0x03
+
+_U64 = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
+
+
+def u64(n: int) -> bytes:
+    """Encode an interned name id."""
+    return _U64.pack(n)
+
+
+def _utf8(value: str, what: str) -> bytes:
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(
+            f"{what} {value!r} is not valid Unicode ({exc.reason}); "
+            "pass a string without lone surrogates"
+        ) from None
+
+
+def encode_str(value: str, what: str = "string") -> bytes:
+    """Order-preserving, self-delimiting encoding of a string."""
+    return _utf8(value, what).replace(b"\x00", b"\x00\xff") + b"\x00\x00"
+
+
+def decode_str(buf: bytes, pos: int) -> tuple[str, int]:
+    """Decode a ``str`` field starting at ``pos``; return it and the next position."""
+    out = bytearray()
+    while True:
+        nul = buf.index(b"\x00", pos)
+        out += buf[pos:nul]
+        marker = buf[nul + 1]
+        if marker == 0x00:
+            return out.decode("utf-8"), nul + 2
+        if marker != 0xFF:
+            raise ValueError(f"bad string escape 0x{marker:02x} at {nul + 1}")
+        out.append(0)
+        pos = nul + 2
+
+
+def encode_id(checkpoint_id: str) -> bytes:
+    """Encode a checkpoint id (R4): 16 bytes for uuid/ULID strings, else a ``str``."""
+    if not isinstance(checkpoint_id, str):
+        raise InvalidInputError(
+            f"checkpoint_id {checkpoint_id!r} is a {type(checkpoint_id).__name__}; "
+            "pass the id as a string"
+        )
+    n = len(checkpoint_id)
+    if n == 36:
+        try:
+            u = uuid.UUID(checkpoint_id)
+        except ValueError:
+            pass
+        else:
+            if str(u) == checkpoint_id:
+                return bytes((_ID_UUID,)) + u.bytes
+    elif n == 26:
+        try:
+            ul = ULID.from_str(checkpoint_id)
+        except ValueError:
+            pass
+        else:
+            if str(ul) == checkpoint_id:
+                return bytes((_ID_ULID,)) + bytes(ul)
+    enc = encode_str(checkpoint_id, "checkpoint_id")
+    if len(enc) > _MAX_STR_ID:
+        raise KeyTooLongError(
+            f"checkpoint_id {checkpoint_id[:40]!r}… is {len(enc)} bytes encoded; "
+            f"ids that are not uuid/ULID strings must stay under {_MAX_STR_ID} bytes — "
+            "use LangGraph's uuid6 ids or a ULID"
+        )
+    return bytes((_ID_STR,)) + enc
+
+
+def decode_id(buf: bytes, pos: int) -> tuple[str, int]:
+    """Decode an ``id`` field starting at ``pos``."""
+    tag = buf[pos]
+    if tag == _ID_UUID:
+        return str(uuid.UUID(bytes=bytes(buf[pos + 1 : pos + 17]))), pos + 17
+    if tag == _ID_ULID:
+        return str(ULID.from_bytes(bytes(buf[pos + 1 : pos + 17]))), pos + 17
+    if tag == _ID_STR:
+        return decode_str(buf, pos + 1)
+    raise ValueError(f"unknown id tag 0x{tag:02x}")
+
+
+def encode_idx(idx: int) -> bytes:
+    """Sign-shifted 32-bit write index: -4 < -1 < 0 < 2 < 10 in byte order (R1)."""
+    if not -(2**31) <= idx < 2**31:
+        raise InvalidInputError(f"write idx {idx} is outside the 32-bit range")
+    return _U32.pack(idx + 2**31)
+
+
+def encode_version(version: str | int | float) -> bytes:
+    """Encode a channel version (order-preserving within one type)."""
+    if isinstance(version, bool):
+        raise InvalidInputError(f"channel version {version!r} is a bool; use int, float or str")
+    if isinstance(version, int):
+        if not -(2**63) <= version < 2**63:
+            raise InvalidInputError(f"channel version {version} is outside the 64-bit range")
+        return bytes((_VER_INT,)) + _U64.pack(version + 2**63)
+    if isinstance(version, float):
+        bits = struct.unpack(">Q", struct.pack(">d", version))[0]
+        bits = bits ^ 0xFFFFFFFFFFFFFFFF if bits >> 63 else bits | (1 << 63)
+        return bytes((_VER_FLOAT,)) + _U64.pack(bits)
+    if isinstance(version, str):
+        enc = encode_str(version, "channel version")
+        if len(enc) > 200:
+            raise KeyTooLongError(
+                f"channel version {version[:40]!r}… is {len(enc)} bytes; keep versions "
+                "under 200 bytes (the default get_next_version uses 50)"
+            )
+        return bytes((_VER_STR,)) + enc
+    raise InvalidInputError(
+        f"channel version {version!r} is a {type(version).__name__}; use int, float or str"
+    )
+
+
+def decode_version(buf: bytes, pos: int) -> tuple[str | int | float, int]:
+    """Decode a ``ver`` field starting at ``pos``."""
+    tag = buf[pos]
+    if tag == _VER_INT:
+        return _U64.unpack_from(buf, pos + 1)[0] - 2**63, pos + 9
+    if tag == _VER_FLOAT:
+        bits = _U64.unpack_from(buf, pos + 1)[0]
+        bits = bits & 0x7FFFFFFFFFFFFFFF if bits >> 63 else bits ^ 0xFFFFFFFFFFFFFFFF
+        return struct.unpack(">d", struct.pack(">Q", bits))[0], pos + 9
+    if tag == _VER_STR:
+        return decode_str(buf, pos + 1)
+    raise ValueError(f"unknown version tag 0x{tag:02x}")
+
+
+def encode_run(run_id: str) -> bytes:
+    """Encode a run id for the ``runs`` index."""
+    if len(run_id) == 36:
+        try:
+            u = uuid.UUID(run_id)
+        except ValueError:
+            pass
+        else:
+            if str(u) == run_id:
+                return bytes((_ID_UUID,)) + u.bytes
+    raw = _utf8(run_id, "run_id")
+    if len(raw) <= _INLINE_NAME:
+        return bytes((_ID_STR,)) + encode_str(run_id)
+    return bytes((_RUN_HASH,)) + hashlib.sha256(raw).digest()
+
+
+def name_key(kind: bytes, name: str) -> bytes:
+    """Key of ``names``: kind byte, then the name inline or its sha256 if long."""
+    raw = _utf8(name, "name")
+    if len(raw) <= _INLINE_NAME:
+        return kind + b"\x00" + raw
+    return kind + b"\x01" + hashlib.sha256(raw).digest()
+
+
+def name_rev_key(kind: bytes, name_id: int) -> bytes:
+    """Key of ``names_rev``."""
+    return kind + _U64.pack(name_id)
+
+
+def thread_prefix(thread: int) -> bytes:
+    """Prefix of every checkpoint/write/blob key of one thread."""
+    return _U64.pack(thread)
+
+
+def ns_prefix(thread: int, ns: int) -> bytes:
+    """Prefix of every key of one (thread, checkpoint_ns)."""
+    return _U64.pack(thread) + _U64.pack(ns)
+
+
+def checkpoint_key(thread: int, ns: int, cid: bytes) -> bytes:
+    """Key of ``checkpoints``; also the prefix of that checkpoint's ``writes``."""
+    return _U64.pack(thread) + _U64.pack(ns) + cid
+
+
+def write_key(thread: int, ns: int, cid: bytes, task_path: str, task_id: str, idx: int) -> bytes:
+    """Key of ``writes``; raises KeyTooLongError before anything is written."""
+    key = (
+        _U64.pack(thread)
+        + _U64.pack(ns)
+        + cid
+        + encode_str(task_path, "task_path")
+        + encode_str(task_id, "task_id")
+        + encode_idx(idx)
+    )
+    if len(key) > MAX_KEY:
+        raise KeyTooLongError(
+            f"task_path {task_path[:40]!r}… with task_id {task_id[:40]!r}… makes a "
+            f"{len(key)}-byte write key (LMDB's limit is {MAX_KEY}); shorten the task id "
+            "or nest subgraphs less deeply"
+        )
+    return key
+
+
+def blob_prefix(thread: int, ns: int, channel: int) -> bytes:
+    """Prefix of every blob of one channel in one (thread, ns)."""
+    return _U64.pack(thread) + _U64.pack(ns) + _U64.pack(channel)
+
+
+def blob_key(thread: int, ns: int, channel: int, version: str | int | float) -> bytes:
+    """Key of ``blobs``."""
+    return blob_prefix(thread, ns, channel) + encode_version(version)
+
+
+def run_key(run: bytes, thread: int, ns: int, cid: bytes) -> bytes:
+    """Key of ``runs`` (``run`` from :func:`encode_run`)."""
+    return run + _U64.pack(thread) + _U64.pack(ns) + cid
+
+
+def decode_checkpoint_key(key: bytes) -> tuple[int, int, str]:
+    """Split a ``checkpoints`` key into (thread, ns, checkpoint_id)."""
+    cid, _ = decode_id(key, 16)
+    return _U64.unpack_from(key, 0)[0], _U64.unpack_from(key, 8)[0], cid
+
+
+def decode_write_key(key: bytes) -> tuple[int, int, str, str, str, int]:
+    """Split a ``writes`` key into (thread, ns, checkpoint_id, task_path, task_id, idx)."""
+    cid, pos = decode_id(key, 16)
+    task_path, pos = decode_str(key, pos)
+    task_id, pos = decode_str(key, pos)
+    idx = _U32.unpack_from(key, pos)[0] - 2**31
+    return _U64.unpack_from(key, 0)[0], _U64.unpack_from(key, 8)[0], cid, task_path, task_id, idx
+
+
+def write_suffix(key: bytes, cid_end: int) -> tuple[str, str, int]:
+    """Decode (task_path, task_id, idx) from a write key whose id ends at ``cid_end``."""
+    task_path, pos = decode_str(key, cid_end)
+    task_id, pos = decode_str(key, pos)
+    return task_path, task_id, _U32.unpack_from(key, pos)[0] - 2**31
+
+
+def decode_blob_key(key: bytes) -> tuple[int, int, int, str | int | float]:
+    """Split a ``blobs`` key into (thread, ns, channel, version)."""
+    version, _ = decode_version(key, 24)
+    return (
+        _U64.unpack_from(key, 0)[0],
+        _U64.unpack_from(key, 8)[0],
+        _U64.unpack_from(key, 16)[0],
+        version,
+    )
+
+
+def decode_run_key(key: bytes) -> tuple[int, int, str]:
+    """Return (thread, ns, checkpoint_id) of a ``runs`` key."""
+    tag = key[0]
+    if tag in (_ID_UUID, _RUN_HASH):
+        pos = 17 if tag == _ID_UUID else 33
+    elif tag == _ID_STR:
+        _, pos = decode_str(key, 1)
+    else:
+        raise ValueError(f"unknown run tag 0x{tag:02x}")
+    cid, _ = decode_id(key, pos + 16)
+    return _U64.unpack_from(key, pos)[0], _U64.unpack_from(key, pos + 8)[0], cid

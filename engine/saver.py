@@ -1,0 +1,608 @@
+"""`DeltaLogSaver`: the LangGraph adapter over the deltalog store.
+
+This layer translates ``RunnableConfig`` into store calls and owns
+``self.serde``: every channel value, checkpoint body, metadata dict and write
+goes through ``serde.dumps_typed`` / ``serde.loads_typed`` here, so
+``EncryptedSerializer`` and LangGraph's strict msgpack allowlist keep working.
+It makes no LMDB calls; :mod:`deltalog.engine.store` does.
+
+Async methods serialize their arguments in the caller's thread (the runtime
+may mutate what it passed as soon as control returns), then hand the commit
+and its fsync to a small thread pool, so the event loop never waits on disk.
+Reads are memory-mapped and short, and run inline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import os
+import random
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from types import TracebackType
+from typing import Any, TypeVar
+
+from deltalog.engine import keys
+from deltalog.engine.codec import RecordCodec
+from deltalog.engine.errors import ConfigError, InvalidInputError
+from deltalog.engine.store import Store, WriteTxn
+from deltalog.engine.store_rows import BlobRow, CheckpointRow, Typed
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    get_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+__all__ = ["DeltaLogSaver"]
+
+T = TypeVar("T")
+
+# Rows read per read transaction while listing: short transactions keep LMDB
+# from pinning old pages while the caller consumes the iterator.
+_LIST_CHUNK = 32
+
+
+class DeltaLogSaver(
+    BaseCheckpointSaver[str],
+    AbstractContextManager["DeltaLogSaver"],
+    AbstractAsyncContextManager["DeltaLogSaver"],
+):
+    """A LangGraph checkpoint saver on an embedded LMDB event log.
+
+    Sync and async in one class. Every write is one LMDB transaction (R8);
+    ``get_delta_channel_history`` walks ancestors in one read transaction (R6).
+
+    Example:
+        >>> from deltalog.engine import DeltaLogSaver
+        >>> with DeltaLogSaver.from_path(tmp / "chat.lmdb") as saver:  # doctest: +SKIP
+        ...     graph = builder.compile(checkpointer=saver)
+
+    Args:
+        store: An open :class:`~deltalog.engine.store.Store`.
+        serde: Serializer for values, metadata and writes (LangGraph's
+            ``JsonPlusSerializer`` by default, pickle fallback off).
+        owns_store: Close the store when the saver closes.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        serde: SerializerProtocol | None = None,
+        owns_store: bool = True,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.store = store
+        self.owns_store = owns_store
+        self._executor: ThreadPoolExecutor | None = None
+
+    @classmethod
+    def from_path(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        serde: SerializerProtocol | None = None,
+        durable: bool = True,
+        map_size: int = 64 * 1024**2,
+        max_map_size: int = 1024**4,
+        compress_threshold: int | None = 512,
+        group_commit: bool = True,
+    ) -> DeltaLogSaver:
+        """Open (or create) the store at ``path`` and return a saver over it.
+
+        Args:
+            path: Folder of the store; created with mode 0700 if missing.
+            serde: Serializer; LangGraph's default when None.
+            durable: fsync every commit (default). ``False`` trades the last
+                commits before a machine crash for speed (see docs/operations.md).
+            map_size: Initial LMDB map size; grows automatically.
+            max_map_size: Cap of automatic growth.
+            compress_threshold: Records at least this large are zstd-compressed;
+                None turns compression off.
+            group_commit: Let concurrent writers share a commit.
+
+        Returns:
+            An open saver; use it as a context manager or call :meth:`close`.
+        """
+        store = Store(
+            path,
+            map_size=map_size,
+            max_map_size=max_map_size,
+            durable=durable,
+            codec=RecordCodec(compress_threshold=compress_threshold),
+            group_commit=group_commit,
+        )
+        return cls(store, serde=serde)
+
+    # -- life cycle -------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the saver (and its store when it owns it). Idempotent."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        if self.owns_store:
+            self.store.close()
+
+    def __enter__(self) -> DeltaLogSaver:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> DeltaLogSaver:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- serialization helpers -----------------------------------------------------------
+
+    def _dumps(self, value: Any, what: str) -> Typed:
+        try:
+            return self.serde.dumps_typed(value)
+        except Exception as exc:
+            raise InvalidInputError(
+                f"{what} of type {type(value).__name__} cannot be serialized by "
+                f"{type(self.serde).__name__} ({type(exc).__name__}: {exc}); store "
+                "serializable values or pass a serde that handles this type"
+            ) from exc
+
+    def _to_tuple(self, row: CheckpointRow) -> CheckpointTuple:
+        loads = self.serde.loads_typed
+        checkpoint: Checkpoint = loads(row.checkpoint)
+        checkpoint["channel_versions"] = dict(row.channel_versions)
+        checkpoint["channel_values"] = {k: loads(v) for k, v in row.values.items()}
+        return CheckpointTuple(
+            config=_config(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
+            checkpoint=checkpoint,
+            metadata=loads(row.metadata),
+            parent_config=(
+                _config(row.thread_id, row.checkpoint_ns, row.parent_id)
+                if row.parent_id is not None
+                else None
+            ),
+            pending_writes=[(w.task_id, w.channel, loads(w.value)) for w in row.writes],
+        )
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Fetch one checkpoint (the latest of the namespace when no id is given).
+
+        Args:
+            config: ``configurable.thread_id`` (required), ``checkpoint_ns``,
+                ``checkpoint_id``.
+
+        Returns:
+            The tuple, with ``pending_writes`` in ``writes_sort_key`` order, or None.
+
+        Raises:
+            ConfigError: The config has no usable ``thread_id``.
+        """
+        thread_id, checkpoint_ns, checkpoint_id = _parse_config(config)
+        with self.store.read() as r:
+            ids = r.ids(thread_id, checkpoint_ns)
+            row = r.checkpoint(*ids, checkpoint_id) if ids is not None else None
+        return None if row is None else self._to_tuple(row)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """List checkpoints newest first.
+
+        Args:
+            config: Thread (and optionally ``checkpoint_ns`` / ``checkpoint_id``) to
+                list; None lists every thread.
+            filter: Metadata key/value pairs that must all match.
+            before: Only checkpoints with an id lower than this config's id.
+            limit: At most this many tuples.
+
+        Yields:
+            Matching checkpoint tuples; checkpoints hidden by a delta-safe prune
+            are skipped.
+        """
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
+            raise InvalidInputError(f"limit {limit!r} is not an int; pass an int or None")
+        if filter is not None and not isinstance(filter, Mapping):
+            raise InvalidInputError(f"filter {filter!r} is not a mapping of metadata key to value")
+        only_id: str | None = None
+        if config is None:
+            scope: tuple[str, str | None] | None = None
+        else:
+            thread_id, _, only_id = _parse_config(config)
+            ns = config["configurable"].get("checkpoint_ns")
+            scope = (thread_id, ns)
+        before_id = _parse_config(before)[2] if before is not None else None
+        before_key = keys.encode_id(before_id) if before_id is not None else None
+        remaining = limit
+        if remaining is not None and remaining <= 0:
+            return
+        for t, n in self._groups(scope):
+            start: bytes | None = None
+            if before_key is not None:
+                start = keys.checkpoint_key(t, n, before_key)
+            if only_id is not None:
+                with self.store.read() as r:
+                    row = r.checkpoint(t, n, only_id)
+                rows_iter: Iterator[CheckpointRow] = iter([row] if row is not None else [])
+                if before_key is not None and keys.encode_id(only_id) >= before_key:
+                    rows_iter = iter([])
+            else:
+                rows_iter = self._iter_group(t, n, start)
+            for row in rows_iter:
+                if row.hidden:
+                    continue
+                if filter:
+                    metadata = self.serde.loads_typed(row.metadata)
+                    if not all(metadata.get(k) == v for k, v in filter.items()):
+                        continue
+                yield self._to_tuple(row)
+                if remaining is not None:
+                    remaining -= 1
+                    if remaining <= 0:
+                        return
+
+    def _groups(self, scope: tuple[str, str | None] | None) -> builtins.list[tuple[int, int]]:
+        with self.store.read() as r:
+            if scope is None:
+                return [(t, n) for t in r.threads() for n in r.namespaces(t)]
+            thread_id, ns = scope
+            t = r.name_id(keys.KIND_THREAD, thread_id)
+            if t is None:
+                return []
+            if ns is None:
+                return [(t, n) for n in r.namespaces(t)]
+            n = r.name_id(keys.KIND_NS, ns)
+            return [] if n is None else [(t, n)]
+
+    def _iter_group(self, t: int, n: int, start: bytes | None) -> Iterator[CheckpointRow]:
+        prefix = keys.ns_prefix(t, n)
+        while True:
+            rows: builtins.list[CheckpointRow] = []
+            with self.store.read() as r:
+                for key, _ in r.iter_checkpoint_keys(prefix, start=start, reverse=True):
+                    row = r.checkpoint(t, n, keys.decode_checkpoint_key(key)[2])
+                    if row is not None:
+                        rows.append(row)
+                    start = key
+                    if len(rows) >= _LIST_CHUNK:
+                        break
+            yield from rows
+            if len(rows) < _LIST_CHUNK:
+                return
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Seed and writes of each channel back from a checkpoint (R6).
+
+        One read transaction; the cost is the ancestors back to each channel's
+        nearest stored value plus their writes to the asked channels,
+        independent of thread length and of other channels.
+
+        Args:
+            config: The target checkpoint (latest of the namespace without an id).
+            channels: Channel names; empty gives an empty mapping.
+
+        Returns:
+            Channel → ``{"writes": [...], "seed": value}`` (``seed`` absent when
+            the walk reached the root), writes oldest first in
+            ``writes_sort_key`` order within each checkpoint.
+        """
+        if not channels:
+            return {}
+        thread_id, checkpoint_ns, checkpoint_id = _parse_config(config)
+        with self.store.read() as r:
+            ids = r.ids(thread_id, checkpoint_ns)
+            raw = (
+                r.delta_history(*ids, checkpoint_id, channels)
+                if ids is not None
+                else {c: (None, []) for c in channels}
+            )
+        loads = self.serde.loads_typed
+        result: dict[str, DeltaChannelHistory] = {}
+        for channel in channels:
+            seed, writes = raw[channel]
+            entry: DeltaChannelHistory = {
+                "writes": [(w.task_id, w.channel, loads(w.value)) for w in writes]
+            }
+            if seed is not None:
+                entry["seed"] = loads(seed)
+            result[channel] = entry
+        return result
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def _prepare_put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> tuple[Callable[[WriteTxn], None], RunnableConfig]:
+        thread_id, checkpoint_ns, parent_id = _parse_config(config)
+        if not isinstance(checkpoint, Mapping) or "id" not in checkpoint:
+            raise InvalidInputError(
+                f"checkpoint {checkpoint!r:.80} is not a Checkpoint dict with an 'id'"
+            )
+        checkpoint_id = checkpoint["id"]
+        keys.encode_id(checkpoint_id)
+        if parent_id is not None:
+            keys.encode_id(parent_id)
+        body: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = body.pop("channel_values", None) or {}
+        versions = dict(body.pop("channel_versions", None) or {})
+        for channel, version in {**versions, **new_versions}.items():
+            if not isinstance(channel, str):
+                raise InvalidInputError(f"channel name {channel!r} is not a string")
+            keys.encode_version(version)
+        blobs = [
+            BlobRow(channel, version, self._dumps(values[channel], f"channel {channel!r}"))
+            for channel, version in new_versions.items()
+            if channel in values
+        ]
+        full_metadata = get_checkpoint_metadata(config, metadata)
+        run_id = full_metadata.get("run_id")
+        ckpt_typed = self._dumps(body, "checkpoint")
+        meta_typed = self._dumps(full_metadata, "metadata")
+        run = None if run_id is None else str(run_id)
+
+        def op(w: WriteTxn) -> None:
+            w.put_checkpoint(
+                thread_id,
+                checkpoint_ns,
+                checkpoint_id,
+                parent_id=parent_id,
+                channel_versions=versions,
+                checkpoint=ckpt_typed,
+                metadata=meta_typed,
+                run_id=run,
+                blobs=blobs,
+            )
+
+        return op, _config(thread_id, checkpoint_ns, checkpoint_id)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint: one record, plus a blob per channel version in ``new_versions``.
+
+        Args:
+            config: Thread, namespace and (as ``checkpoint_id``) the parent.
+            checkpoint: The checkpoint; its ``channel_values`` go to blobs.
+            metadata: Metadata; merged with config keys like LangGraph's savers do.
+            new_versions: Channel versions new in this checkpoint.
+
+        Returns:
+            The config of the stored checkpoint.
+
+        Raises:
+            ConfigError: No usable ``thread_id``.
+            InvalidInputError: An unserializable value, a bad id or version.
+        """
+        op, out = self._prepare_put(config, checkpoint, metadata, new_versions)
+        self.store.write(op)
+        return out
+
+    def _prepare_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Callable[[WriteTxn], None]:
+        thread_id, checkpoint_ns, checkpoint_id = _parse_config(config)
+        if checkpoint_id is None:
+            raise ConfigError(
+                "put_writes needs configurable.checkpoint_id (the checkpoint the writes "
+                f"belong to); got {dict(config.get('configurable', {}))!r}"
+            )
+        if not isinstance(task_id, str):
+            raise InvalidInputError(f"task_id {task_id!r} is not a string")
+        if not isinstance(task_path, str):
+            raise InvalidInputError(f"task_path {task_path!r} is not a string")
+        rows: builtins.list[tuple[str, int, Typed]] = []
+        for idx, item in enumerate(writes):
+            if (
+                not isinstance(item, (tuple, list))
+                or len(item) != 2
+                or not isinstance(item[0], str)
+            ):
+                raise InvalidInputError(
+                    f"write #{idx} {item!r:.80} is not a (channel, value) pair with a str channel"
+                )
+            channel, value = item
+            rows.append(
+                (
+                    channel,
+                    WRITES_IDX_MAP.get(channel, idx),
+                    self._dumps(value, f"write to {channel!r}"),
+                )
+            )
+
+        def op(w: WriteTxn) -> None:
+            w.put_writes(thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, rows)
+
+        return op
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Append a task's writes to a checkpoint's log (R1, R2).
+
+        Idempotent per ``(task_id, idx)`` for regular writes; special channels
+        (errors, interrupts, resume, scheduled) replace. The checkpoint may be
+        stored later.
+
+        Args:
+            config: Must carry ``thread_id`` and ``checkpoint_id``.
+            writes: ``(channel, value)`` pairs.
+            task_id: The writing task.
+            task_path: The task's path; orders writes within a checkpoint.
+
+        Raises:
+            ConfigError: Missing ``thread_id`` or ``checkpoint_id``.
+            InvalidInputError: A malformed write or unserializable value.
+        """
+        self.store.write(self._prepare_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint, write and blob of a thread, in one transaction.
+
+        Args:
+            thread_id: The thread to delete; unknown threads are a no-op.
+        """
+        tid = _thread_id(thread_id)
+        self.store.write(lambda w: w.delete_thread(tid))
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """Next channel version: a zero-padded counter plus a random fraction.
+
+        The random part keeps versions unique across forks of one thread, so
+        two branches never share a blob key for different values; the format
+        matches InMemorySaver/PostgresSaver, so migrated threads keep working.
+        """
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(str(current).split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+    # -- async twins -------------------------------------------------------------------------
+
+    async def _in_writer(self, op: Callable[[WriteTxn], T]) -> T:
+        if self._executor is None:
+            # Enough workers for group commit to batch concurrent coroutines.
+            self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="deltalog-writer")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.store.write, op)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Async :meth:`get_tuple` (a short memory-mapped read, run inline)."""
+        return self.get_tuple(config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Async :meth:`list`."""
+        for item in self.list(config, filter=filter, before=before, limit=limit):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Async :meth:`put`: serializes now, commits (and fsyncs) off the event loop."""
+        op, out = self._prepare_put(config, checkpoint, metadata, new_versions)
+        await self._in_writer(op)
+        return out
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Async :meth:`put_writes`: serializes now, commits off the event loop."""
+        await self._in_writer(self._prepare_writes(config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Async :meth:`delete_thread`."""
+        tid = _thread_id(thread_id)
+        await self._in_writer(lambda w: w.delete_thread(tid))
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Async :meth:`get_delta_channel_history` (one short read, run inline)."""
+        return self.get_delta_channel_history(config=config, channels=channels)
+
+
+def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str | None) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def _thread_id(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, uuid.UUID) or (isinstance(value, int) and not isinstance(value, bool)):
+        return str(value)
+    raise ConfigError(
+        f"thread_id {value!r} is a {type(value).__name__}; pass a str (ints and UUIDs are "
+        "converted with str())"
+    )
+
+
+def _parse_config(config: Any) -> tuple[str, str, str | None]:
+    """(thread_id, checkpoint_ns, checkpoint_id) of a config, validated (R9)."""
+    if not isinstance(config, Mapping):
+        raise ConfigError(
+            f"config {config!r:.80} is not a mapping; pass {{'configurable': {{'thread_id': ...}}}}"
+        )
+    conf = config.get("configurable")
+    if not isinstance(conf, Mapping) or conf.get("thread_id") is None:
+        raise ConfigError(
+            "config has no configurable.thread_id; pass "
+            "{'configurable': {'thread_id': 'my-thread'}} when invoking the graph"
+        )
+    thread_id = _thread_id(conf["thread_id"])
+    ns = conf.get("checkpoint_ns") or ""
+    if not isinstance(ns, str):
+        raise ConfigError(f"checkpoint_ns {ns!r} is a {type(ns).__name__}; pass a str")
+    checkpoint_id = conf.get("checkpoint_id") or None
+    if checkpoint_id is not None and not isinstance(checkpoint_id, str):
+        raise ConfigError(
+            f"checkpoint_id {checkpoint_id!r} is a {type(checkpoint_id).__name__}; pass a str"
+        )
+    return thread_id, ns, checkpoint_id

@@ -1,0 +1,1006 @@
+"""The only module that opens LMDB environments and transactions.
+
+It owns the environment's life (open, format check, map growth, fork,
+stale readers, close), serialises writers with group commit, translates LMDB
+errors into :mod:`deltalog.engine.errors`, and offers typed row operations to
+the saver. Records arrive already serialized by the saver's ``serde``; the
+record codec (:mod:`deltalog.engine.codec`) frames them and the key layout
+(:mod:`deltalog.engine.keys`) places them.
+
+Records (ormsgpack lists, framed by the codec):
+
+* checkpoint: ``[parent_id, channel_versions, ckpt_type, ckpt_bytes,
+  meta_type, meta_bytes, flags, run_id]`` — ``flags`` bit 0 = hidden (kept only
+  for a delta chain, not listed).
+* write: ``u64 channel id`` followed by the framed ``[type, bytes]`` — the
+  prefix lets a walk skip other channels' writes with an 8-byte compare.
+* blob: framed ``[type, bytes]``. Empty channel versions store nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeVar
+
+import lmdb
+import ormsgpack
+from deltalog.engine import keys
+from deltalog.engine.codec import RecordCodec
+from deltalog.engine.core import DeltaWalk
+from deltalog.engine.errors import (
+    CorruptRecordError,
+    DeltaLogError,
+    FormatVersionError,
+    StoreFullError,
+    StoreOpenError,
+)
+from deltalog.engine.store_rows import BlobRow, CheckpointRow, Typed, Version, WriteRow
+
+__all__ = [
+    "BlobRow",
+    "CheckpointRow",
+    "ReadTxn",
+    "Store",
+    "WriteRow",
+    "WriteTxn",
+]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_DBS: Final = ("meta", "names", "names_rev", "checkpoints", "writes", "blobs", "runs")
+_UNSUPPORTED_FS: Final = frozenset(
+    {"nfs", "nfs4", "cifs", "smb", "smb2", "smbfs", "9p", "fuse.sshfs", "afs"}
+)
+# A walk that finds no seed after this many ancestors is reading a damaged chain.
+MAX_WALK: Final = 1_000_000
+
+
+@dataclass
+class _Dbs:
+    meta: Any
+    names: Any
+    names_rev: Any
+    checkpoints: Any
+    writes: Any
+    blobs: Any
+    runs: Any
+
+
+class _RWLock:
+    """Many readers or one exclusive holder (map growth remaps the file under readers)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._exclusive = False
+
+    def acquire_read(self) -> None:
+        with self._cond:
+            while self._exclusive:
+                self._cond.wait()
+            self._readers += 1
+
+    def release_read(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            if not self._readers:
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            while self._exclusive:
+                self._cond.wait()
+            self._exclusive = True
+            while self._readers:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+class _Request(Generic[T]):
+    __slots__ = ("done", "error", "op", "value")
+
+    def __init__(self, op: Callable[[WriteTxn], T]) -> None:
+        self.op = op
+        self.done = False
+        self.value: T | None = None
+        self.error: BaseException | None = None
+
+
+class ReadTxn:
+    """A read transaction with typed accessors. Valid only inside ``Store.read()``."""
+
+    def __init__(self, store: Store, txn: Any) -> None:
+        self.store = store
+        self.txn = txn
+        self.dbs = store._dbs
+        self.codec = store.codec
+
+    # -- names -----------------------------------------------------------------
+
+    def name_id(self, kind: bytes, name: str) -> int | None:
+        """The interned id of ``name``, or None if it was never stored."""
+        cache = self.store._name_ids
+        hit = cache.get((kind, name))
+        if hit is not None:
+            return hit
+        raw = self.txn.get(keys.name_key(kind, name), db=self.dbs.names)
+        if raw is None:
+            return None
+        name_id = int.from_bytes(raw[:8], "big")
+        if len(raw) > 8 and raw[8:].decode("utf-8") != name:  # hashed long name collision
+            return None
+        cache[(kind, name)] = name_id
+        self.store._names[(kind, name_id)] = name
+        return name_id
+
+    def name_of(self, kind: bytes, name_id: int) -> str:
+        """The name behind an interned id."""
+        cache = self.store._names
+        hit = cache.get((kind, name_id))
+        if hit is not None:
+            return hit
+        raw = self.txn.get(keys.name_rev_key(kind, name_id), db=self.dbs.names_rev)
+        if raw is None:
+            raise CorruptRecordError(
+                f"names_rev has no entry for {kind.decode()}:{name_id}; run `deltalog verify`"
+            )
+        name: str = raw.decode("utf-8")
+        cache[(kind, name_id)] = name
+        return name
+
+    def ids(self, thread_id: str, checkpoint_ns: str) -> tuple[int, int] | None:
+        """Interned (thread, ns) ids, or None when nothing was ever stored there."""
+        t = self.name_id(keys.KIND_THREAD, thread_id)
+        if t is None:
+            return None
+        n = self.name_id(keys.KIND_NS, checkpoint_ns)
+        if n is None:
+            return None
+        return t, n
+
+    # -- checkpoints -------------------------------------------------------------
+
+    def _decode_checkpoint(self, t: int, n: int, key: bytes, raw: bytes) -> CheckpointRow:
+        rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
+        try:
+            parent, versions, ctype, cbytes, mtype, mbytes, flags, run_id = rec
+            _, _, cid = keys.decode_checkpoint_key(key)
+        except Exception as exc:
+            raise CorruptRecordError(
+                f"record checkpoints/{key.hex()} has an unexpected shape ({exc}); "
+                "run `deltalog verify`"
+            ) from exc
+        return CheckpointRow(
+            thread_id=self.name_of(keys.KIND_THREAD, t),
+            checkpoint_ns=self.name_of(keys.KIND_NS, n),
+            checkpoint_id=cid,
+            parent_id=parent,
+            channel_versions=versions,
+            checkpoint=(ctype, cbytes),
+            metadata=(mtype, mbytes),
+            flags=flags,
+            run_id=run_id,
+        )
+
+    def envelope(
+        self, t: int, n: int, checkpoint_id: str
+    ) -> tuple[str | None, dict[str, Version]] | None:
+        """Parent id and channel versions of one checkpoint (no serde decoding)."""
+        key = keys.checkpoint_key(t, n, keys.encode_id(checkpoint_id))
+        raw = self.txn.get(key, db=self.dbs.checkpoints)
+        if raw is None:
+            return None
+        rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
+        try:
+            return rec[0], rec[1]
+        except Exception as exc:
+            raise CorruptRecordError(
+                f"record checkpoints/{key.hex()} has an unexpected shape ({exc})"
+            ) from exc
+
+    def latest_key(self, t: int, n: int) -> bytes | None:
+        """Key of the greatest checkpoint id in (thread, ns): one cursor seek (R4)."""
+        prefix = keys.ns_prefix(t, n)
+        cur = self.txn.cursor(db=self.dbs.checkpoints)
+        found = cur.prev() if cur.set_range(_prefix_end(prefix)) else cur.last()
+        if not found:
+            return None
+        key: bytes = cur.key()
+        return key if key.startswith(prefix) else None
+
+    def checkpoint(
+        self,
+        t: int,
+        n: int,
+        checkpoint_id: str | None,
+        *,
+        with_values: bool = True,
+        with_writes: bool = True,
+    ) -> CheckpointRow | None:
+        """One checkpoint (the latest when ``checkpoint_id`` is None) with its blobs and writes."""
+        if checkpoint_id is None:
+            key = self.latest_key(t, n)
+            if key is None:
+                return None
+        else:
+            key = keys.checkpoint_key(t, n, keys.encode_id(checkpoint_id))
+        raw = self.txn.get(key, db=self.dbs.checkpoints)
+        if raw is None:
+            return None
+        row = self._decode_checkpoint(t, n, key, raw)
+        if with_values:
+            row.values = self.blobs(t, n, row.channel_versions)
+        if with_writes:
+            row.writes = self.writes(key)
+        return row
+
+    def blobs(self, t: int, n: int, versions: dict[str, Version]) -> dict[str, Typed]:
+        """Stored values of the given channel versions (empty versions are absent)."""
+        out: dict[str, Typed] = {}
+        for channel, version in versions.items():
+            value = self.blob(t, n, channel, version)
+            if value is not None:
+                out[channel] = value
+        return out
+
+    def blob(self, t: int, n: int, channel: str, version: Version) -> Typed | None:
+        """One stored channel value, or None if that version stored nothing."""
+        c = self.name_id(keys.KIND_CHANNEL, channel)
+        if c is None:
+            return None
+        key = keys.blob_key(t, n, c, version)
+        raw = self.txn.get(key, db=self.dbs.blobs)
+        if raw is None:
+            return None
+        rec = self.codec.decode(raw, f"blobs/{key.hex()}")
+        return rec[0], rec[1]
+
+    def writes(
+        self, checkpoint_key: bytes, channels: dict[bytes, str] | None = None
+    ) -> list[WriteRow]:
+        """Writes stored under one checkpoint, in ``writes_sort_key`` order (R1).
+
+        Args:
+            checkpoint_key: The checkpoint's key (also the prefix of its writes).
+            channels: When given, only writes whose 8-byte channel id is a key of
+                this map are decoded; the others are skipped without decoding.
+        """
+        out: list[WriteRow] = []
+        cur = self.txn.cursor(db=self.dbs.writes)
+        if not cur.set_range(checkpoint_key):
+            return out
+        plen = len(checkpoint_key)
+        for key, raw in cur:
+            if not key.startswith(checkpoint_key):
+                break
+            cbytes = raw[:8]
+            if channels is not None:
+                channel = channels.get(cbytes)
+                if channel is None:
+                    continue
+            else:
+                channel = self.name_of(keys.KIND_CHANNEL, int.from_bytes(cbytes, "big"))
+            try:
+                task_path, task_id, idx = keys.write_suffix(key, plen)
+            except Exception as exc:
+                raise CorruptRecordError(
+                    f"key writes/{key.hex()} cannot be decoded ({exc})"
+                ) from exc
+            rec = self.codec.decode(raw[8:], f"writes/{key.hex()}")
+            out.append(WriteRow(task_id, channel, (rec[0], rec[1]), task_path, idx))
+        return out
+
+    def delta_history(
+        self, t: int, n: int, checkpoint_id: str | None, channels: Sequence[str]
+    ) -> dict[str, tuple[Typed | None, list[WriteRow]]]:
+        """Seed and writes of each channel back from a checkpoint (R6).
+
+        Runs inside this one read transaction. Cost: one record decode and one
+        blob probe per ancestor back to the nearest seed, plus the decoding of
+        that ancestor's writes to the asked channels; writes of other channels
+        are skipped by an 8-byte compare. Never proportional to thread length.
+        """
+        walk = DeltaWalk(tuple(channels))
+        if checkpoint_id is None:
+            key = self.latest_key(t, n)
+            if key is None:
+                return walk.result()
+            checkpoint_id = keys.decode_checkpoint_key(key)[2]
+        env = self.envelope(t, n, checkpoint_id)
+        if env is None:
+            return walk.result()
+        ids = {c: self.name_id(keys.KIND_CHANNEL, c) for c in channels}
+        cursor = env[0]
+        steps = 0
+        while cursor is not None and not walk.done:
+            steps += 1
+            if steps > MAX_WALK:
+                raise CorruptRecordError(
+                    f"ancestor walk from {checkpoint_id!r} exceeded {MAX_WALK} steps; the "
+                    "parent chain loops. Run `deltalog verify`"
+                )
+            key = keys.checkpoint_key(t, n, keys.encode_id(cursor))
+            raw = self.txn.get(key, db=self.dbs.checkpoints)
+            if raw is None:
+                break
+            rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
+            parent, versions = rec[0], rec[1]
+            seeds: dict[str, Typed] = {}
+            for channel in walk.remaining:
+                version = versions.get(channel)
+                if version is not None and ids[channel] is not None:
+                    value = self.blob(t, n, channel, version)
+                    if value is not None:
+                        seeds[channel] = value
+            wanted = {
+                keys.u64(i): c for c, i in ids.items() if i is not None and c in walk.remaining
+            }
+            walk.visit(self.writes(key, wanted) if wanted else (), seeds)
+            cursor = parent
+        return walk.result()
+
+    def iter_checkpoint_keys(
+        self, prefix: bytes, *, start: bytes | None, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """(key, raw record) under ``prefix``; ``start`` bounds the walk (exclusive)."""
+        cur = self.txn.cursor(db=self.dbs.checkpoints)
+        if reverse:
+            bound = start if start is not None else _prefix_end(prefix)
+            ok = cur.prev() if cur.set_range(bound) else cur.last()
+            while ok:
+                key = cur.key()
+                if not key.startswith(prefix):
+                    return
+                yield key, cur.value()
+                ok = cur.prev()
+        else:
+            ok = cur.set_range(start if start is not None else prefix)
+            if ok and start is not None and cur.key() == start:
+                ok = cur.next()
+            while ok:
+                key = cur.key()
+                if not key.startswith(prefix):
+                    return
+                yield key, cur.value()
+                ok = cur.next()
+
+    def namespaces(self, t: int) -> list[int]:
+        """Interned ns ids that hold checkpoints of thread ``t``, ascending."""
+        out: list[int] = []
+        cur = self.txn.cursor(db=self.dbs.checkpoints)
+        prefix = keys.thread_prefix(t)
+        ok = cur.set_range(prefix)
+        while ok:
+            key = cur.key()
+            if not key.startswith(prefix):
+                break
+            n = int.from_bytes(key[8:16], "big")
+            out.append(n)
+            ok = cur.set_range(keys.ns_prefix(t, n + 1)) if n + 1 < 2**64 else False
+        return out
+
+    def threads(self) -> list[int]:
+        """Interned ids of threads with at least one checkpoint, ascending."""
+        out: list[int] = []
+        cur = self.txn.cursor(db=self.dbs.checkpoints)
+        ok = cur.first()
+        while ok:
+            t = int.from_bytes(cur.key()[:8], "big")
+            out.append(t)
+            ok = cur.set_range(keys.thread_prefix(t + 1)) if t + 1 < 2**64 else False
+        return out
+
+    def has_thread_rows(self, t: int) -> bool:
+        """True if thread ``t`` has any checkpoint, write or blob."""
+        prefix = keys.thread_prefix(t)
+        for db in (self.dbs.checkpoints, self.dbs.writes, self.dbs.blobs):
+            cur = self.txn.cursor(db=db)
+            if cur.set_range(prefix) and cur.key().startswith(prefix):
+                return True
+        return False
+
+    def run_checkpoints(self, run_id: str) -> list[tuple[int, int, str]]:
+        """(thread, ns, checkpoint_id) of every checkpoint indexed under ``run_id``."""
+        prefix = keys.encode_run(run_id)
+        out: list[tuple[int, int, str]] = []
+        cur = self.txn.cursor(db=self.dbs.runs)
+        ok = cur.set_range(prefix)
+        while ok:
+            key = cur.key()
+            if not key.startswith(prefix):
+                break
+            out.append(keys.decode_run_key(key))
+            ok = cur.next()
+        return out
+
+    def meta(self, name: str) -> Any:
+        """A value of the ``meta`` database, or None."""
+        raw = self.txn.get(name.encode("ascii"), db=self.dbs.meta)
+        return None if raw is None else ormsgpack.unpackb(raw)
+
+
+class WriteTxn(ReadTxn):
+    """A write transaction: the reads plus the mutations. One per write batch entry."""
+
+    def __init__(self, store: Store, txn: Any, new_names: dict[tuple[bytes, str], int]) -> None:
+        super().__init__(store, txn)
+        self.new_names = new_names
+
+    def name_id(self, kind: bytes, name: str) -> int | None:
+        hit = self.new_names.get((kind, name))
+        return hit if hit is not None else super().name_id(kind, name)
+
+    def name_of(self, kind: bytes, name_id: int) -> str:
+        for (k, name), i in self.new_names.items():
+            if k == kind and i == name_id:
+                return name
+        return super().name_of(kind, name_id)
+
+    def intern(self, kind: bytes, name: str) -> int:
+        """The id of ``name``, allocating one inside this transaction if new.
+
+        New ids reach the process-wide cache only after the commit, so an
+        aborted transaction can never leave a cached id that was not stored.
+        """
+        existing = self.name_id(kind, name)
+        if existing is not None:
+            return existing
+        key = keys.name_key(kind, name)
+        seq = self.meta("name_seq") or 0
+        name_id = seq + 1
+        value = keys.u64(name_id)
+        if key[1] == 1:  # hashed: keep the full name to detect collisions
+            value += name.encode("utf-8")
+            if self.txn.get(key, db=self.dbs.names) is not None:
+                raise DeltaLogError(f"sha256 collision interning {name[:40]!r}…")
+        self.txn.put(key, value, db=self.dbs.names)
+        self.txn.put(keys.name_rev_key(kind, name_id), name.encode("utf-8"), db=self.dbs.names_rev)
+        self.set_meta("name_seq", name_id)
+        self.new_names[(kind, name)] = name_id
+        return name_id
+
+    def set_meta(self, name: str, value: Any) -> None:
+        """Set a value of the ``meta`` database."""
+        self.txn.put(name.encode("ascii"), ormsgpack.packb(value), db=self.dbs.meta)
+
+    def put_checkpoint(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        *,
+        parent_id: str | None,
+        channel_versions: dict[str, Version],
+        checkpoint: Typed,
+        metadata: Typed,
+        run_id: str | None,
+        blobs: Sequence[BlobRow],
+        flags: int = 0,
+        raw_blobs: bool = False,
+    ) -> None:
+        """Store a checkpoint record, its new blobs and its run-index entry.
+
+        A blob key that already exists is left alone: versions are unique per
+        value (get_next_version adds a random suffix), so the first writer wins.
+        """
+        cid = keys.encode_id(checkpoint_id)
+        if parent_id is not None:
+            keys.encode_id(parent_id)  # validate before anything is written
+        t = self.intern(keys.KIND_THREAD, thread_id)
+        n = self.intern(keys.KIND_NS, checkpoint_ns)
+        for blob in blobs:
+            c = self.intern(keys.KIND_CHANNEL, blob.channel)
+            value = blob.value[1] if raw_blobs else self.codec.encode(list(blob.value))
+            self.txn.put(
+                keys.blob_key(t, n, c, blob.version), value, overwrite=False, db=self.dbs.blobs
+            )
+        key = keys.checkpoint_key(t, n, cid)
+        old = self.txn.get(key, db=self.dbs.checkpoints)
+        if old is not None:
+            old_run = self.codec.decode(old, f"checkpoints/{key.hex()}")[7]
+            if old_run is not None and old_run != run_id:
+                self.txn.delete(keys.run_key(keys.encode_run(old_run), t, n, cid), db=self.dbs.runs)
+        record = [
+            parent_id,
+            channel_versions,
+            checkpoint[0],
+            checkpoint[1],
+            metadata[0],
+            metadata[1],
+            flags,
+            run_id,
+        ]
+        self.txn.put(key, self.codec.encode(record), db=self.dbs.checkpoints)
+        if run_id is not None:
+            self.txn.put(keys.run_key(keys.encode_run(run_id), t, n, cid), b"", db=self.dbs.runs)
+
+    def put_writes(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        task_id: str,
+        task_path: str,
+        writes: Sequence[tuple[str, int, Typed]],
+    ) -> None:
+        """Append writes (R1, R2): idx ≥ 0 is first-writer-wins, special idx replaces.
+
+        The checkpoint need not exist yet; nothing here looks for it.
+        """
+        cid = keys.encode_id(checkpoint_id)
+        # Build (and so validate) every key before the first put.
+        t = self.intern(keys.KIND_THREAD, thread_id)
+        n = self.intern(keys.KIND_NS, checkpoint_ns)
+        rows = [
+            (keys.write_key(t, n, cid, task_path, task_id, idx), channel, idx, value)
+            for channel, idx, value in writes
+        ]
+        for key, channel, idx, value in rows:
+            c = self.intern(keys.KIND_CHANNEL, channel)
+            raw = keys.u64(c) + self.codec.encode(list(value))
+            self.txn.put(key, raw, overwrite=idx < 0, db=self.dbs.writes)
+
+    def put_raw(self, db: Any, key: bytes, value: bytes) -> None:
+        """Put pre-encoded bytes (copy and import paths)."""
+        self.txn.put(key, value, db=db)
+
+    def delete_checkpoint(self, t: int, n: int, checkpoint_id: str, run_id: str | None) -> None:
+        """Delete one checkpoint record, its writes and its run-index entry.
+
+        Blobs are shared between checkpoints and are collected separately.
+        """
+        cid = keys.encode_id(checkpoint_id)
+        key = keys.checkpoint_key(t, n, cid)
+        self.txn.delete(key, db=self.dbs.checkpoints)
+        if run_id is not None:
+            self.txn.delete(keys.run_key(keys.encode_run(run_id), t, n, cid), db=self.dbs.runs)
+        self.delete_prefix(self.dbs.writes, key)
+
+    def delete_prefix(self, db: Any, prefix: bytes) -> int:
+        """Delete every key starting with ``prefix``; return how many."""
+        cur = self.txn.cursor(db=db)
+        count = 0
+        ok = cur.set_range(prefix)
+        while ok and cur.key().startswith(prefix):
+            ok = cur.delete()
+            count += 1
+        return count
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint, write, blob and run entry of a thread."""
+        t = self.name_id(keys.KIND_THREAD, thread_id)
+        if t is None:
+            return
+        prefix = keys.thread_prefix(t)
+        for key, raw in list(self.iter_checkpoint_keys(prefix, start=None, reverse=False)):
+            run_id = self.codec.decode(raw, f"checkpoints/{key.hex()}")[7]
+            if run_id is not None:
+                _, n, _ = keys.decode_checkpoint_key(key)
+                self.txn.delete(
+                    keys.run_key(keys.encode_run(run_id), t, n, key[16:]), db=self.dbs.runs
+                )
+        for db in (self.dbs.checkpoints, self.dbs.writes, self.dbs.blobs):
+            self.delete_prefix(db, prefix)
+
+
+class Store:
+    """One LMDB environment per path; the transaction boundary of deltalog.
+
+    Args:
+        path: Folder of the store (created 0700 if missing; files are 0600).
+        map_size: Initial map size in bytes; the map doubles on demand.
+        max_map_size: Cap for automatic growth; reaching it raises StoreFullError.
+        durable: fsync on every commit (default). False relaxes to OS write-back:
+            a crash of the machine (not of the process) may lose the last commits,
+            never corrupt the store.
+        codec: The record codec.
+        group_commit: Concurrent writers share one transaction and one fsync.
+        readonly: Open without write access (inspection).
+        max_readers: LMDB reader slots (concurrent read transactions, all processes).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        map_size: int = 64 * 1024**2,
+        max_map_size: int = 1024**4,
+        durable: bool = True,
+        codec: RecordCodec | None = None,
+        group_commit: bool = True,
+        readonly: bool = False,
+        max_readers: int = 126,
+    ) -> None:
+        if map_size <= 0 or max_map_size < map_size:
+            raise ValueError(
+                f"map_size {map_size} / max_map_size {max_map_size}: need 0 < map_size <= "
+                "max_map_size"
+            )
+        self.path = os.fspath(path)
+        self.map_size = map_size
+        self.max_map_size = max_map_size
+        self.durable = durable
+        self.codec = codec or RecordCodec()
+        self.group_commit = group_commit
+        self.readonly = readonly
+        self.max_readers = max_readers
+        self._name_ids: dict[tuple[bytes, str], int] = {}
+        self._names: dict[tuple[bytes, int], str] = {}
+        self._closed = False
+        self._abandoned: list[Any] = []
+        self._open()
+
+    # -- life cycle ---------------------------------------------------------------
+
+    def _open(self) -> None:
+        self._pid = os.getpid()
+        self._rw = _RWLock()
+        self._write_lock = threading.Lock()
+        self._queue_lock = threading.Lock()
+        self._queue: list[_Request[Any]] = []
+        if not self.readonly:
+            os.makedirs(self.path, mode=0o700, exist_ok=True)
+        elif not os.path.isdir(self.path):
+            raise StoreOpenError(f"no deltalog store at {self.path!r}; check the path")
+        _refuse_network_fs(self.path)
+        data = os.path.join(self.path, "data.mdb")
+        size = max(self.map_size, os.path.getsize(data) if os.path.exists(data) else 0)
+        try:
+            self.env = lmdb.open(
+                self.path,
+                map_size=size,
+                max_dbs=len(_DBS) + 1,
+                max_readers=self.max_readers,
+                sync=self.durable,
+                metasync=self.durable,
+                readonly=self.readonly,
+                readahead=False,
+                mode=0o600,
+                lock=True,
+            )
+        except lmdb.Error as exc:
+            raise StoreOpenError(
+                f"cannot open LMDB store at {self.path!r} ({type(exc).__name__}: {exc}); "
+                "is it a deltalog store on a local disk?"
+            ) from exc
+        stale = self.env.reader_check()
+        if stale:
+            logger.info("cleared %d stale LMDB reader slots in %s", stale, self.path)
+        try:
+            self._init_dbs()
+        except BaseException:
+            self.env.close()
+            raise
+
+    def _init_dbs(self) -> None:
+        try:
+            if self.readonly:
+                with self.env.begin() as txn:
+                    handles = {
+                        name: self.env.open_db(name.encode(), txn=txn, create=False)
+                        for name in _DBS
+                    }
+            else:
+                with self.env.begin(write=True) as txn:
+                    handles = {name: self.env.open_db(name.encode(), txn=txn) for name in _DBS}
+                    raw = txn.get(b"format_version", db=handles["meta"])
+                    if raw is None:
+                        txn.put(
+                            b"format_version",
+                            ormsgpack.packb(keys.FORMAT_VERSION),
+                            db=handles["meta"],
+                        )
+        except lmdb.Error as exc:
+            raise StoreOpenError(
+                f"{self.path!r} is not a readable deltalog store ({type(exc).__name__}: {exc})"
+            ) from exc
+        self._dbs = _Dbs(**handles)
+        with self.read() as r:
+            version = r.meta("format_version")
+        if version != keys.FORMAT_VERSION:
+            raise FormatVersionError(
+                f"store {self.path!r} has format version {version!r}; this deltalog reads "
+                f"format {keys.FORMAT_VERSION}. Upgrade deltalog to open it"
+                if isinstance(version, int) and version > keys.FORMAT_VERSION
+                else f"store {self.path!r} has format version {version!r}; this deltalog "
+                f"reads format {keys.FORMAT_VERSION}. Run `deltalog migrate-format` first"
+            )
+
+    def _check_pid(self) -> None:
+        if self._closed:
+            raise DeltaLogError(f"store {self.path!r} is closed; open a new saver")
+        if os.getpid() != self._pid:
+            # An environment inherited over fork() must not be used (or closed:
+            # closing would release the parent's locks). Keep a reference so it
+            # is never garbage-collected, and open a fresh one.
+            self._abandoned.append(self.env)
+            self._open()
+
+    def close(self) -> None:
+        """Close the environment. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if os.getpid() == self._pid:
+            with self._write_lock, self._rw.exclusive():
+                self.env.close()
+
+    # -- transactions ---------------------------------------------------------------
+
+    def _begin(self, write: bool) -> Any:
+        try:
+            return self.env.begin(write=write)
+        except lmdb.MapResizedError:
+            # Another process grew the map: adopt its size, then retry once.
+            self._rw.release_read() if not write else None
+            try:
+                with self._rw.exclusive():
+                    self.env.set_mapsize(0)
+            finally:
+                self._rw.acquire_read() if not write else None
+            return self.env.begin(write=write)
+        except lmdb.ReadersFullError as exc:
+            raise DeltaLogError(
+                f"all {self.max_readers} LMDB reader slots of {self.path!r} are in use; "
+                "raise max_readers or close idle processes"
+            ) from exc
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[ReadTxn]:
+        """One consistent read transaction (a snapshot). Keep it short."""
+        self._check_pid()
+        self._rw.acquire_read()
+        try:
+            txn = self._begin(write=False)
+            try:
+                yield ReadTxn(self, txn)
+            except lmdb.Error as exc:
+                raise _translate(exc, self.path) from exc
+            finally:
+                txn.abort()
+        finally:
+            self._rw.release_read()
+
+    def write(self, op: Callable[[WriteTxn], T]) -> T:
+        """Run ``op`` in a write transaction and commit it durably (R8).
+
+        With group commit, concurrent callers queue their ops; whichever gets
+        the writer lock first runs every queued op in one transaction (each in
+        a nested transaction so one failing op does not sink the others) and
+        commits once. Every caller returns only after the commit holding its op
+        is done, so a returned write is as durable as with one commit each.
+        ``op`` may run more than once (map growth retries it) and must only
+        touch the transaction.
+        """
+        self._check_pid()
+        if self.readonly:
+            raise DeltaLogError(f"store {self.path!r} was opened read-only")
+        req: _Request[T] = _Request(op)
+        if self.group_commit:
+            with self._queue_lock:
+                self._queue.append(req)
+        with self._write_lock:
+            if not req.done:
+                if self.group_commit:
+                    with self._queue_lock:
+                        batch, self._queue = self._queue, []
+                else:
+                    batch = [req]
+                self._run_batch(batch)
+        if req.error is not None:
+            raise req.error
+        return req.value  # type: ignore[return-value]
+
+    def _run_batch(self, batch: list[_Request[Any]]) -> None:
+        pending = batch
+        while True:
+            names: dict[tuple[bytes, str], int] = {}
+            txn = self._begin(write=True)
+            try:
+                if len(pending) == 1:
+                    req = pending[0]
+                    try:
+                        req.value = req.op(WriteTxn(self, txn, names))
+                    except lmdb.MapFullError:
+                        raise
+                    except BaseException as exc:
+                        txn.abort()
+                        req.error = (
+                            _translate(exc, self.path) if isinstance(exc, lmdb.Error) else exc
+                        )
+                        req.done = True
+                        return
+                else:
+                    for req in pending:
+                        child = self.env.begin(write=True, parent=txn)
+                        child_names: dict[tuple[bytes, str], int] = {}
+                        try:
+                            req.value = req.op(WriteTxn(self, child, child_names))
+                            child.commit()
+                            names.update(child_names)
+                        except lmdb.MapFullError:
+                            child.abort()
+                            raise
+                        except BaseException as exc:
+                            child.abort()
+                            req.error = (
+                                _translate(exc, self.path) if isinstance(exc, lmdb.Error) else exc
+                            )
+                txn.commit()
+            except lmdb.MapFullError:
+                txn.abort()
+                if not self._grow():
+                    full: BaseException = StoreFullError(
+                        f"store {self.path!r} reached its map size cap of {self.max_map_size} "
+                        "bytes; nothing of this write was stored. Raise max_map_size, prune "
+                        "or compact"
+                    )
+                    for req in pending:
+                        req.error, req.done = full, True
+                    return
+                for req in pending:
+                    req.error = None
+                continue
+            except BaseException as exc:
+                with contextlib.suppress(Exception):
+                    txn.abort()
+                err = _translate(exc, self.path) if isinstance(exc, lmdb.Error) else exc
+                for req in pending:
+                    req.error, req.done = err, True
+                return
+            for (kind, name), name_id in names.items():
+                self._name_ids[(kind, name)] = name_id
+                self._names[(kind, name_id)] = name
+            for req in pending:
+                req.done = True
+            return
+
+    def _grow(self) -> bool:
+        current = self.env.info()["map_size"]
+        if current >= self.max_map_size:
+            return False
+        new = min(current * 2, self.max_map_size)
+        with self._rw.exclusive():
+            self.env.set_mapsize(new)
+        logger.info("grew LMDB map of %s from %d to %d bytes", self.path, current, new)
+        return True
+
+    # -- whole-store operations ------------------------------------------------------
+
+    def used_bytes(self) -> int:
+        """Bytes of pages in use (what the data would occupy after compaction + free pages)."""
+        self._check_pid()
+        info = self.env.info()
+        return int((info["last_pgno"] + 1) * self.env.stat()["psize"])
+
+    def file_bytes(self) -> int:
+        """Size of the data file on disk."""
+        return os.path.getsize(os.path.join(self.path, "data.mdb"))
+
+    def copy_to(self, dest: str | os.PathLike[str], *, compact: bool = True) -> None:
+        """Consistent hot copy of the whole store (compacting by default) into a new folder."""
+        self._check_pid()
+        dest = os.fspath(dest)
+        if os.path.exists(os.path.join(dest, "data.mdb")):
+            raise DeltaLogError(f"{dest!r} already holds a store; pick an empty folder")
+        os.makedirs(dest, mode=0o700, exist_ok=True)
+        _refuse_network_fs(dest)
+        try:
+            self.env.copy(dest, compact=compact)
+        except lmdb.Error as exc:
+            raise _translate(exc, dest) from exc
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.join(dest, "data.mdb"), 0o600)
+
+    def stats(self) -> dict[str, Any]:
+        """Entry and page counts per named database plus map figures."""
+        self._check_pid()
+        out: dict[str, Any] = {
+            "map_size": self.env.info()["map_size"],
+            "used_bytes": self.used_bytes(),
+        }
+        with self.read() as r:
+            for name in _DBS:
+                st = r.txn.stat(getattr(self._dbs, name))
+                out[name] = {
+                    "entries": st["entries"],
+                    "pages": st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"],
+                }
+        return out
+
+    def iter_db(
+        self, name: str, prefix: bytes = b"", chunk: int = 512
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value) of one database under ``prefix``, read in short chunks."""
+        db = getattr(self._dbs, name)
+        start: bytes | None = None
+        while True:
+            rows: list[tuple[bytes, bytes]] = []
+            with self.read() as r:
+                cur = r.txn.cursor(db=db)
+                ok = cur.set_range(start if start is not None else prefix)
+                if ok and start is not None and cur.key() == start:
+                    ok = cur.next()
+                while ok and len(rows) < chunk:
+                    key = cur.key()
+                    if not key.startswith(prefix):
+                        ok = False
+                        break
+                    rows.append((key, cur.value()))
+                    ok = cur.next()
+            yield from rows
+            if not ok or not rows:
+                return
+            start = rows[-1][0]
+
+    def db(self, name: str) -> Any:
+        """The handle of one named database (for ops given to :meth:`write`)."""
+        return getattr(self._dbs, name)
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    """The smallest key greater than every key that starts with ``prefix``."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return b"\xff" * (len(prefix) + 1)
+    return stripped[:-1] + bytes((stripped[-1] + 1,))
+
+
+def _translate(exc: BaseException, path: str) -> BaseException:
+    if isinstance(exc, DeltaLogError):
+        return exc
+    if isinstance(exc, lmdb.MapFullError):
+        return StoreFullError(f"store {path!r} is full; raise max_map_size, prune or compact")
+    if isinstance(exc, (lmdb.DiskError, OSError)) or (
+        isinstance(exc, lmdb.Error) and "No space left" in str(exc)
+    ):
+        code = getattr(exc, "errno", None)
+        if code == errno.ENOSPC or "No space" in str(exc):
+            return StoreFullError(
+                f"the disk under {path!r} is full; nothing of this write was stored. Free "
+                "space, then retry"
+            )
+    if isinstance(exc, (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError)):
+        return CorruptRecordError(
+            f"LMDB reports a damaged store at {path!r} ({type(exc).__name__}: {exc}); restore "
+            "from a backup"
+        )
+    if isinstance(exc, lmdb.Error):
+        return DeltaLogError(f"LMDB error on {path!r}: {type(exc).__name__}: {exc}")
+    return exc
+
+
+def _refuse_network_fs(path: str) -> None:
+    """LMDB's locking and mmap are unsafe on network filesystems: refuse them."""
+    try:
+        real = os.path.realpath(path)
+        best, fstype = "", ""
+        with open("/proc/mounts", encoding="utf-8") as mounts:
+            for line in mounts:
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                mnt = parts[1].replace("\\040", " ")
+                if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
+                    best, fstype = mnt, parts[2]
+    except OSError:
+        return
+    if fstype in _UNSUPPORTED_FS:
+        raise StoreOpenError(
+            f"{path!r} is on a {fstype} filesystem; LMDB needs a local disk (locks and "
+            "mmap are not coherent over NFS/SMB). Put the store on a local path"
+        )

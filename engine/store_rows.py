@@ -1,0 +1,55 @@
+"""Row types shared by the store (which produces them) and the pure core."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final, NamedTuple
+
+__all__ = ["FLAG_HIDDEN", "BlobRow", "CheckpointRow", "Typed", "Version", "WriteRow"]
+
+Typed = tuple[str, bytes]
+"""A value as ``serde.dumps_typed`` returned it."""
+Version = str | int | float
+
+FLAG_HIDDEN: Final = 1
+"""Checkpoint flag: kept only so a later checkpoint can be rebuilt; not listed."""
+
+
+class WriteRow(NamedTuple):
+    """One stored write, as put_writes received it (value still serialized)."""
+
+    task_id: str
+    channel: str
+    value: Typed
+    task_path: str
+    idx: int
+
+
+class BlobRow(NamedTuple):
+    """One stored channel value (still serialized)."""
+
+    channel: str
+    version: Version
+    value: Typed
+
+
+@dataclass
+class CheckpointRow:
+    """A checkpoint as stored: serialized parts plus the decoded envelope."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    channel_versions: dict[str, Version]
+    checkpoint: Typed
+    metadata: Typed
+    flags: int
+    run_id: str | None
+    values: dict[str, Typed] = field(default_factory=dict)
+    writes: list[WriteRow] = field(default_factory=list)
+
+    @property
+    def hidden(self) -> bool:
+        """True when the checkpoint is kept only to reconstruct a later one (pruned)."""
+        return bool(self.flags & FLAG_HIDDEN)
