@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from deltalog.engine.store_rows import Typed, WriteRow
 
-__all__ = ["DeltaWalk"]
+__all__ = ["Chain", "DeltaWalk", "Node", "Plan", "delta_chains", "plan_delete", "plan_keep"]
 
 
 @dataclass
@@ -68,3 +68,195 @@ class DeltaWalk:
                 ordered.extend(rows)
             out[channel] = (self._seeds.get(channel), ordered)
         return out
+
+
+@dataclass(frozen=True)
+class Node:
+    """One checkpoint of a (thread, ns) as maintenance planning sees it.
+
+    Attributes:
+        checkpoint_id: The id.
+        parent_id: The parent's id, or None at the root.
+        delta: Delta channels this checkpoint rebuilds by replay (it stores no
+            value for them); from ``counters_since_delta_snapshot`` at put time,
+            plus the channels of any reducer map the caller passed.
+        seeded: Channels that have a stored value (seed) at this checkpoint.
+        hidden: Kept only for a later checkpoint's delta chain; not listed.
+        versioned: Channels with a version here. A channel without one was
+            never written on this path, so its value here is empty and no
+            older ancestor holds writes for it: a walk may stop.
+    """
+
+    checkpoint_id: str
+    parent_id: str | None
+    delta: frozenset[str]
+    seeded: frozenset[str]
+    hidden: bool = False
+    versioned: frozenset[str] | None = None
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """Delta channels whose value this checkpoint can only get from ancestors."""
+        return self.delta - self.seeded
+
+
+@dataclass
+class Chain:
+    """Result of :func:`delta_chains`."""
+
+    required: set[str]
+    """The kept checkpoints plus every ancestor their delta channels replay through."""
+    crossings: dict[tuple[str, str], str]
+    """(kept checkpoint, channel) → the last surviving checkpoint before the walk
+    entered a checkpoint that is going away (only with ``leaving``)."""
+    broken: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(kept checkpoint, channel) → the missing ancestor id where the walk ended
+    before reaching a seed or the root (a damaged chain)."""
+
+
+def delta_chains(
+    nodes: Mapping[str, Node],
+    keep: Iterable[str],
+    *,
+    leaving: frozenset[str] = frozenset(),
+    reseeded: Mapping[str, frozenset[str]] | None = None,
+) -> Chain:
+    """Which ancestors the kept checkpoints need to rebuild their delta channels (R7).
+
+    For each kept checkpoint and each channel it needs, walk parents until one
+    stores a seed (included: its writes produced the next value) or the root.
+
+    Args:
+        nodes: Every checkpoint of one (thread, ns) by id.
+        keep: Checkpoints that must keep their exact state.
+        leaving: Checkpoints that are going away regardless (deleted runs); a
+            walk that reaches one records a crossing instead of continuing.
+        reseeded: Checkpoint → channels that will get a fresh seed; walks
+            stop there.
+
+    Returns:
+        The required set and the crossings.
+    """
+    reseeded = reseeded or {}
+    required: set[str] = set()
+    crossings: dict[tuple[str, str], str] = {}
+    broken: dict[tuple[str, str], str] = {}
+    walked: set[tuple[str, str]] = set()
+    for k in keep:
+        node = nodes.get(k)
+        if node is None:
+            continue
+        required.add(k)
+        for channel in node.needs - reseeded.get(k, frozenset()):
+            last = k
+            parent = node.parent_id
+            while parent is not None and (parent, channel) not in walked:
+                if parent in leaving:
+                    crossings[(k, channel)] = last
+                    break
+                pnode = nodes.get(parent)
+                if pnode is None:
+                    broken[(k, channel)] = parent
+                    break
+                walked.add((parent, channel))
+                required.add(parent)
+                if channel in pnode.seeded or channel in reseeded.get(parent, frozenset()):
+                    break
+                if pnode.versioned is not None and channel not in pnode.versioned:
+                    # No version here: nothing older ever wrote the channel, so
+                    # this ancestor's own writes are the first to replay.
+                    break
+                last = parent
+                parent = pnode.parent_id
+    return Chain(required=required, crossings=crossings, broken=broken)
+
+
+@dataclass
+class Plan:
+    """What a maintenance operation will do to one (thread, ns)."""
+
+    delete: set[str] = field(default_factory=set)
+    hide: set[str] = field(default_factory=set)
+    unhide: set[str] = field(default_factory=set)
+    seeds: dict[str, set[str]] = field(default_factory=dict)
+    relink: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        """True when the plan changes nothing."""
+        return not (self.delete or self.hide or self.unhide or self.seeds or self.relink)
+
+
+def plan_keep(
+    nodes: Mapping[str, Node],
+    keep: set[str],
+    *,
+    reseed: frozenset[str] = frozenset(),
+) -> Plan:
+    """Plan a prune that keeps ``keep`` exact and drops everything else it can.
+
+    Args:
+        nodes: Every checkpoint of one (thread, ns).
+        keep: The checkpoints to keep visible.
+        reseed: Channels whose reducer is known: kept checkpoints needing them
+            get a fresh seed instead of keeping their chain.
+
+    Returns:
+        Delete what no kept checkpoint needs; hide the chain that remains;
+        re-link survivors whose parent goes to the nearest surviving ancestor.
+    """
+    seeds = {k: set(nodes[k].needs & reseed) for k in keep if nodes[k].needs & reseed}
+    chain = delta_chains(nodes, keep, reseeded={k: frozenset(v) for k, v in seeds.items()})
+    plan = Plan(seeds=seeds)
+    for cid, node in nodes.items():
+        if cid not in chain.required:
+            plan.delete.add(cid)
+        elif cid not in keep and not node.hidden:
+            plan.hide.add(cid)
+        elif cid in keep and node.hidden:
+            plan.unhide.add(cid)
+    _relink(nodes, plan)
+    return plan
+
+
+def _relink(nodes: Mapping[str, Node], plan: Plan) -> None:
+    """Point survivors whose parent is deleted at the nearest surviving ancestor."""
+    for cid, node in nodes.items():
+        if cid in plan.delete or node.parent_id not in plan.delete:
+            continue
+        parent: str | None = node.parent_id
+        while parent is not None and parent in plan.delete:
+            pnode = nodes.get(parent)
+            parent = pnode.parent_id if pnode is not None else None
+        plan.relink[cid] = parent
+
+
+def plan_delete(
+    nodes: Mapping[str, Node],
+    doomed: set[str],
+    *,
+    reseed: frozenset[str] = frozenset(),
+) -> tuple[Plan, dict[tuple[str, str], str]]:
+    """Plan deleting ``doomed`` (a run's checkpoints) while every other one stays exact.
+
+    Surviving checkpoints whose delta walk would enter a doomed checkpoint are
+    "crossings". For channels in ``reseed`` the last surviving checkpoint on
+    that walk gets a fresh seed; the other crossings are returned unresolved
+    (the caller raises). Parents that go away are re-linked to the nearest
+    surviving ancestor.
+
+    Returns:
+        The plan and the unresolved crossings ((checkpoint, channel) → frontier).
+    """
+    survivors = {cid for cid in nodes if cid not in doomed}
+    visible = {cid for cid in survivors if not nodes[cid].hidden}
+    chain = delta_chains(nodes, visible, leaving=frozenset(doomed))
+    plan = Plan(delete=set(doomed))
+    unresolved: dict[tuple[str, str], str] = {}
+    for (cid, channel), frontier in chain.crossings.items():
+        if channel in reseed:
+            plan.seeds.setdefault(frontier, set()).add(channel)
+        else:
+            unresolved[(cid, channel)] = frontier
+    _relink(nodes, plan)
+    return plan, unresolved

@@ -78,6 +78,7 @@ __all__ = [
     "name_key",
     "name_rev_key",
     "ns_prefix",
+    "rethread",
     "run_key",
     "thread_prefix",
     "u64",
@@ -295,6 +296,11 @@ def write_key(thread: int, ns: int, cid: bytes, task_path: str, task_id: str, id
             "or nest subgraphs less deeply"
         )
     return key
+
+
+def rethread(key: bytes, thread: int) -> bytes:
+    """The same checkpoint/write/blob key under another thread id (copy_thread)."""
+    return _U64.pack(thread) + key[8:]
 
 
 def blob_prefix(thread: int, ns: int, channel: int) -> bytes:

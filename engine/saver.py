@@ -16,18 +16,25 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
+import logging
 import os
 import random
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from types import TracebackType
 from typing import Any, TypeVar
 
+from deltalog.channels.replay import ChannelSource, delta_channels, replay_history
 from deltalog.engine import keys
 from deltalog.engine.codec import RecordCodec
-from deltalog.engine.errors import ConfigError, InvalidInputError
+from deltalog.engine.core import Node, Plan, plan_delete, plan_keep
+from deltalog.engine.errors import ConfigError, DeltaChainError, DeltaLogError, InvalidInputError
+from deltalog.engine.reports import CompactReport, CopyReport, Problem, RemovalReport, VerifyReport
 from deltalog.engine.store import Store, WriteTxn
 from deltalog.engine.store_rows import BlobRow, CheckpointRow, Typed
 from langchain_core.runnables import RunnableConfig
@@ -42,10 +49,12 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 __all__ = ["DeltaLogSaver"]
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 # Rows read per read transaction while listing: short transactions keep LMDB
 # from pinning old pages while the caller consumes the iterator.
@@ -372,6 +381,10 @@ class DeltaLogSaver(
         ckpt_typed = self._dumps(body, "checkpoint")
         meta_typed = self._dumps(full_metadata, "metadata")
         run = None if run_id is None else str(run_id)
+        # Delta channels this checkpoint rebuilds by replay: what prune and
+        # delete_for_runs must keep a chain (or write a seed) for (R7).
+        counters = full_metadata.get("counters_since_delta_snapshot") or {}
+        delta = sorted(c for c in counters if isinstance(c, str))
 
         def op(w: WriteTxn) -> None:
             w.put_checkpoint(
@@ -384,6 +397,7 @@ class DeltaLogSaver(
                 metadata=meta_typed,
                 run_id=run,
                 blobs=blobs,
+                delta=delta,
             )
 
         return op, _config(thread_id, checkpoint_ns, checkpoint_id)
@@ -504,14 +518,332 @@ class DeltaLogSaver(
             current_v = int(str(current).split(".")[0])
         return f"{current_v + 1:032}.{random.random():016}"
 
+    # -- maintenance (R7, R8) -------------------------------------------------------------
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> CopyReport:  # type: ignore[override]  # returns a report; base returns None
+        """Copy a thread's complete chain — every namespace, checkpoint, write and blob.
+
+        One write transaction; ids, parents and metadata preserved; the stored
+        bytes are copied, never re-serialized, so the cost is the thread's size.
+
+        !!! warning "DeltaChannel"
+            Copying the whole chain is what keeps delta channels rebuildable on
+            the target: every seed and every write between seeds comes along.
+
+        Args:
+            source_thread_id: Thread to copy.
+            target_thread_id: New thread; must not have checkpoints yet.
+
+        Returns:
+            Counts copied; ``found`` is False (and nothing is copied) when the
+            source does not exist.
+
+        Raises:
+            ThreadExistsError: The target already has checkpoints (no merge).
+        """
+        src, dst = _thread_id(source_thread_id), _thread_id(target_thread_id)
+        counts = self.store.write(lambda w: w.copy_thread(src, dst))
+        if counts is None:
+            logger.warning("copy_thread: source thread %r has no checkpoints; nothing copied", src)
+            return CopyReport(src, dst, found=False)
+        return CopyReport(
+            src,
+            dst,
+            found=True,
+            checkpoints=counts["checkpoints"],
+            writes=counts["writes"],
+            blobs=counts["blobs"],
+        )
+
+    def prune(  # type: ignore[override]  # returns a report; base returns None
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        keep_last: int | None = None,
+        older_than: timedelta | datetime | None = None,
+        reducers: ChannelSource | None = None,
+        dry_run: bool = False,
+    ) -> RemovalReport:
+        """Prune threads without changing any kept checkpoint's state (R7).
+
+        ``"keep_latest"`` keeps the latest checkpoint of every namespace with
+        its pending writes. ``keep_last=N`` keeps the newest N per namespace;
+        ``older_than`` keeps everything newer than the age or instant given
+        (and always the latest). ``"delete"`` removes the threads.
+
+        !!! warning "DeltaChannel"
+            A kept checkpoint whose delta channels replay ancestor writes would
+            lose its state if those ancestors went. With ``reducers`` (the
+            compiled graph or ``{channel: reducer}``), each such channel gets a
+            fresh ``_DeltaSnapshot`` seed in the kept checkpoint and the chain
+            is dropped; without them the minimal chain back to each channel's
+            nearest seed is kept and hidden from ``list``.
+
+        Args:
+            thread_ids: Threads to prune (a list; a bare string is refused).
+            strategy: ``"keep_latest"`` or ``"delete"``.
+            keep_last: Keep this many newest checkpoints per namespace.
+            older_than: Remove checkpoints older than this age (timedelta) or
+                instant (timezone-aware datetime).
+            reducers: Delta channel reducers, to re-seed instead of keeping chains.
+            dry_run: Report what would be removed; write nothing.
+
+        Returns:
+            Counts and bytes removed (or that would be).
+
+        Raises:
+            InvalidInputError: Bad arguments (raised before anything is written).
+        """
+        tids = _thread_list(thread_ids, "thread_ids")
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidInputError(
+                f"strategy {strategy!r} is unknown; use 'keep_latest' or 'delete'"
+            )
+        if keep_last is not None and (
+            not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1
+        ):
+            raise InvalidInputError(f"keep_last {keep_last!r} must be an int >= 1")
+        cutoff = _cutoff(older_than)
+        if strategy == "delete" and (keep_last is not None or cutoff is not None):
+            raise InvalidInputError(
+                "strategy 'delete' removes whole threads; keep_last/older_than go with 'keep_latest'"
+            )
+        specs = _specs(reducers)
+        report = RemovalReport(threads=len(tids), dry_run=dry_run)
+        if strategy == "delete":
+            groups = self._groups_of(tids, frozenset())
+            if dry_run:
+                with self.store.read() as r:
+                    for g in groups:
+                        report.add(r.measure(g.t, g.n, Plan(delete=set(g.nodes)), g.versions))
+                return report
+            for g in groups:
+                report.add({"checkpoints": len(g.nodes)})
+            self.store.write(functools.partial(_delete_threads, thread_ids=tids))
+            return report
+
+        def choose(g: _Group) -> Plan:
+            visible = [cid for cid in reversed(list(g.nodes)) if not g.nodes[cid].hidden]
+            keep = set(visible[: keep_last or 1])
+            if cutoff is not None:
+                keep |= {cid for cid in visible if g.timestamps.get(cid, cutoff) >= cutoff}
+            return plan_keep(g.nodes, keep, reseed=frozenset(specs))
+
+        return self._maintain(tids, specs, choose, report, want_ts=cutoff is not None)
+
+    def delete_for_runs(  # type: ignore[override]  # returns a report; base returns None
+        self, run_ids: Sequence[str], *, reducers: ChannelSource | None = None
+    ) -> RemovalReport:
+        """Delete the checkpoints (and writes) of runs, found through the run-id index.
+
+        !!! warning "DeltaChannel"
+            If a checkpoint that stays replays a delta channel through a
+            deleted checkpoint, the chain would be cut: with ``reducers`` the
+            last surviving checkpoint on that walk gets a fresh seed; without
+            them nothing is deleted and :class:`DeltaChainError` names the
+            thread and runs. Children of deleted checkpoints are re-linked to
+            the nearest surviving ancestor.
+
+        Args:
+            run_ids: Runs to delete (a list; a bare string is refused).
+            reducers: Delta channel reducers (compiled graph or mapping).
+
+        Returns:
+            Counts and bytes removed.
+
+        Raises:
+            DeltaChainError: A kept checkpoint's delta chain would be cut.
+        """
+        runs = _thread_list(run_ids, "run_ids")
+        specs = _specs(reducers)
+        with self.store.read() as r:
+            doomed: dict[tuple[int, int], set[str]] = {}
+            for run in runs:
+                for t, n, cid in r.run_checkpoints(run):
+                    row = r.checkpoint(t, n, cid, with_values=False, with_writes=False)
+                    if row is not None and row.run_id == run:
+                        doomed.setdefault((t, n), set()).add(cid)
+            threads = sorted({r.name_of(keys.KIND_THREAD, t) for t, _ in doomed})
+
+        def choose(g: _Group) -> Plan:
+            gone = doomed.get((g.t, g.n), set()) & set(g.nodes)
+            plan, unresolved = plan_delete(g.nodes, gone, reseed=frozenset(specs))
+            if unresolved:
+                (cid, channel), _ = next(iter(sorted(unresolved.items())))
+                names = sorted({g.runs[c] or "?" for c in gone})
+                raise DeltaChainError(
+                    f"deleting run(s) {names} would cut the delta chain of channel "
+                    f"{channel!r} of checkpoint {cid} in thread {g.thread_id!r} (namespace "
+                    f"{g.checkpoint_ns!r}), which stays. Pass reducers= (the compiled graph "
+                    "or {channel: reducer}) to re-seed it, or delete the whole thread; "
+                    "nothing was deleted"
+                )
+            return plan
+
+        report = RemovalReport(threads=len(threads))
+        return self._maintain(threads, specs, choose, report, only=set(doomed))
+
+    def _groups_of(
+        self,
+        thread_ids: Sequence[str],
+        extra: frozenset[str],
+        *,
+        only: set[tuple[int, int]] | None = None,
+        want_ts: bool = False,
+    ) -> builtins.list[_Group]:
+        groups: builtins.list[_Group] = []
+        with self.store.read() as r:
+            for thread_id in thread_ids:
+                for t, n in r.thread_groups(thread_id):
+                    if only is not None and (t, n) not in only:
+                        continue
+                    nodes, versions, runs = r.group(t, n, extra)
+                    g = _Group(t, n, thread_id, r.name_of(keys.KIND_NS, n), nodes, versions, runs)
+                    if want_ts:
+                        for cid in nodes:
+                            row = r.checkpoint(t, n, cid, with_values=False, with_writes=False)
+                            if row is not None:
+                                g.timestamps[cid] = _parse_ts(
+                                    self.serde.loads_typed(row.checkpoint).get("ts")
+                                )
+                    groups.append(g)
+        return groups
+
+    def _maintain(
+        self,
+        thread_ids: Sequence[str],
+        specs: Mapping[str, Any],
+        choose: Callable[[_Group], Plan],
+        report: RemovalReport,
+        *,
+        only: set[tuple[int, int]] | None = None,
+        want_ts: bool = False,
+    ) -> RemovalReport:
+        """Plan per (thread, ns), compute seeds, then apply everything in one transaction.
+
+        Seeds are computed from a read snapshot; the write transaction re-reads
+        each group and retries the whole operation if any changed meanwhile,
+        so a concurrent writer can never slip a checkpoint past the plan.
+        """
+        extra = frozenset(specs)
+        for _ in range(8):
+            groups = self._groups_of(thread_ids, extra, only=only, want_ts=want_ts)
+            plans = [(g, choose(g)) for g in groups]
+            if report.dry_run:
+                with self.store.read() as r:
+                    for g, plan in plans:
+                        counts = r.measure(g.t, g.n, plan, g.versions)
+                        counts["hidden"] = len(plan.hide)
+                        counts["seeds"] = sum(len(c) for c in plan.seeds.values())
+                        report.add(counts)
+                return report
+            work = [
+                (g, plan, self._seed_rows(g, plan, specs)) for g, plan in plans if not plan.empty
+            ]
+            results = self.store.write(functools.partial(_apply_plans, work=work, extra=extra))
+            if results is not None:
+                for counts in results:
+                    report.add(counts)
+                return report
+        raise DeltaLogError(
+            "the threads kept changing while being pruned; retry when writers pause"
+        )
+
+    def _seed_rows(
+        self, g: _Group, plan: Plan, specs: Mapping[str, Any]
+    ) -> builtins.list[tuple[str, BlobRow]]:
+        rows: builtins.list[tuple[str, BlobRow]] = []
+        for cid, channels in sorted(plan.seeds.items()):
+            histories = self.get_delta_channel_history(
+                config=_config(g.thread_id, g.checkpoint_ns, cid), channels=sorted(channels)
+            )
+            for channel in sorted(channels):
+                value = replay_history(histories[channel], specs[channel])
+                blob = self._dumps(_DeltaSnapshot(value), f"seed of channel {channel!r}")
+                rows.append((cid, BlobRow(channel, g.versions[cid][channel], blob)))
+        return rows
+
+    def verify(
+        self, thread_ids: Sequence[str] | None = None, *, deep: bool = False
+    ) -> VerifyReport:
+        """Check every chain and record; read-only.
+
+        Finds dangling parents, delta channels that cannot reach a seed or the
+        root, undecodable records (with ``deep``, also values the serde cannot
+        load), values nobody references and writes without a checkpoint.
+
+        Args:
+            thread_ids: Threads to check; all when None.
+            deep: Also deserialize every checkpoint, value and write.
+
+        Returns:
+            The findings; ``report.ok`` is True when none is an error.
+        """
+        report = VerifyReport()
+        with self.store.read() as r:
+            if thread_ids is None:
+                tids = [r.name_of(keys.KIND_THREAD, t) for t in r.threads()]
+            else:
+                tids = _thread_list(thread_ids, "thread_ids")
+        for thread_id in tids:
+            report.threads += 1
+            with self.store.read() as r:
+                for t, n in r.thread_groups(thread_id):
+                    ns = r.name_of(keys.KIND_NS, n)
+                    found = r.verify_group(t, n)
+                    report.checkpoints += found.checkpoints
+                    report.records += found.records
+                    for kind, severity, cid, detail in found.problems:
+                        report.problems.append(Problem(kind, severity, thread_id, ns, cid, detail))
+                    if deep:
+                        for cid in found.decodable:
+                            try:
+                                row = r.checkpoint(t, n, cid)
+                                if row is not None:
+                                    self._to_tuple(row)
+                            except Exception as exc:
+                                report.problems.append(
+                                    Problem(
+                                        "undecodable", "error", thread_id, ns, cid, f"serde: {exc}"
+                                    )
+                                )
+        return report
+
+    def compact(self, dest: str | os.PathLike[str]) -> CompactReport:
+        """Write a compacted copy of the whole store to ``dest`` (a new folder).
+
+        LMDB reuses freed pages but never returns them to the OS; the copy
+        holds only live pages. Consistent while writers run (it reads one
+        snapshot). To compact in place, stop every process using the store,
+        then swap the folders.
+
+        Returns:
+            Data file bytes before (this store) and after (the copy).
+        """
+        before = self.store.file_bytes()
+        self.store.copy_to(dest, compact=True)
+        after = os.path.getsize(os.path.join(os.fspath(dest), "data.mdb"))
+        return CompactReport(self.store.path, os.fspath(dest), before, after)
+
+    def backup(self, dest: str | os.PathLike[str], *, compact: bool = False) -> CompactReport:
+        """Consistent hot copy of the store into a new folder (one read snapshot)."""
+        before = self.store.file_bytes()
+        self.store.copy_to(dest, compact=compact)
+        after = os.path.getsize(os.path.join(os.fspath(dest), "data.mdb"))
+        return CompactReport(self.store.path, os.fspath(dest), before, after)
+
     # -- async twins -------------------------------------------------------------------------
 
-    async def _in_writer(self, op: Callable[[WriteTxn], T]) -> T:
+    def _writer_pool(self) -> ThreadPoolExecutor:
         if self._executor is None:
             # Enough workers for group commit to batch concurrent coroutines.
             self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="deltalog-writer")
+        return self._executor
+
+    async def _in_writer(self, op: Callable[[WriteTxn], T]) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.store.write, op)
+        return await loop.run_in_executor(self._writer_pool(), self.store.write, op)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async :meth:`get_tuple` (a short memory-mapped read, run inline)."""
@@ -555,6 +887,48 @@ class DeltaLogSaver(
         """Async :meth:`delete_thread`."""
         tid = _thread_id(thread_id)
         await self._in_writer(lambda w: w.delete_thread(tid))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> CopyReport:  # type: ignore[override]  # returns a report; base returns None
+        """Async :meth:`copy_thread` (the commit runs off the event loop)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._writer_pool(), self.copy_thread, source_thread_id, target_thread_id
+        )
+
+    async def aprune(  # type: ignore[override]  # returns a report; base returns None
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        keep_last: int | None = None,
+        older_than: timedelta | datetime | None = None,
+        reducers: ChannelSource | None = None,
+        dry_run: bool = False,
+    ) -> RemovalReport:
+        """Async :meth:`prune`."""
+        call = functools.partial(
+            self.prune,
+            thread_ids,
+            strategy=strategy,
+            keep_last=keep_last,
+            older_than=older_than,
+            reducers=reducers,
+            dry_run=dry_run,
+        )
+        return await asyncio.get_running_loop().run_in_executor(self._writer_pool(), call)
+
+    async def adelete_for_runs(  # type: ignore[override]  # returns a report; base returns None
+        self, run_ids: Sequence[str], *, reducers: ChannelSource | None = None
+    ) -> RemovalReport:
+        """Async :meth:`delete_for_runs`."""
+        call = functools.partial(self.delete_for_runs, run_ids, reducers=reducers)
+        return await asyncio.get_running_loop().run_in_executor(self._writer_pool(), call)
+
+    async def averify(
+        self, thread_ids: Sequence[str] | None = None, *, deep: bool = False
+    ) -> VerifyReport:
+        """Async :meth:`verify`."""
+        call = functools.partial(self.verify, thread_ids, deep=deep)
+        return await asyncio.get_running_loop().run_in_executor(self._writer_pool(), call)
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -606,3 +980,85 @@ def _parse_config(config: Any) -> tuple[str, str, str | None]:
             f"checkpoint_id {checkpoint_id!r} is a {type(checkpoint_id).__name__}; pass a str"
         )
     return thread_id, ns, checkpoint_id
+
+
+def _apply_plans(
+    w: WriteTxn,
+    *,
+    work: list[tuple[_Group, Plan, list[tuple[str, BlobRow]]]],
+    extra: frozenset[str],
+) -> list[dict[str, int]] | None:
+    """Apply planned groups in one transaction; None if any group changed since planning."""
+    out = []
+    for g, plan, seeds in work:
+        if w.group(g.t, g.n, extra)[0] != g.nodes:
+            return None
+        out.append(w.apply_plan(g.t, g.n, plan, seeds, g.versions, g.runs))
+    return out
+
+
+def _delete_threads(w: WriteTxn, *, thread_ids: list[str]) -> None:
+    for thread_id in thread_ids:
+        w.delete_thread(thread_id)
+
+
+@dataclass
+class _Group:
+    """One (thread, ns) as a maintenance operation planned it."""
+
+    t: int
+    n: int
+    thread_id: str
+    checkpoint_ns: str
+    nodes: dict[str, Node]
+    versions: dict[str, dict[str, Any]]
+    runs: dict[str, str | None]
+    timestamps: dict[str, datetime] = field(default_factory=dict)
+
+
+def _thread_list(value: Any, what: str) -> list[str]:
+    if isinstance(value, (str, bytes)):
+        raise InvalidInputError(
+            f"{what} {value!r} is a single string; pass a list, e.g. [{value!r}]"
+        )
+    try:
+        items = list(value)
+    except TypeError:
+        raise InvalidInputError(f"{what} {value!r} is not a list of strings") from None
+    return [_thread_id(v) for v in items]
+
+
+def _specs(reducers: ChannelSource | None) -> dict[str, Any]:
+    if reducers is None:
+        return {}
+    try:
+        return dict(delta_channels(reducers))
+    except TypeError as exc:
+        raise InvalidInputError(
+            f"reducers {reducers!r:.80}: {exc}; pass the compiled graph or {{channel: reducer}}"
+        ) from None
+
+
+def _cutoff(older_than: timedelta | datetime | None) -> datetime | None:
+    if older_than is None:
+        return None
+    if isinstance(older_than, timedelta):
+        if older_than < timedelta(0):
+            raise InvalidInputError(f"older_than {older_than!r} is negative; pass a positive age")
+        return datetime.now(timezone.utc) - older_than
+    if isinstance(older_than, datetime):
+        if older_than.tzinfo is None:
+            raise InvalidInputError(
+                f"older_than {older_than!r} has no time zone; pass an aware datetime "
+                "(e.g. datetime.now(timezone.utc) - timedelta(days=7))"
+            )
+        return older_than
+    raise InvalidInputError(f"older_than {older_than!r} is neither a timedelta nor a datetime")
+
+
+def _parse_ts(ts: Any) -> datetime:
+    try:
+        value = datetime.fromisoformat(str(ts))
+    except ValueError:
+        return datetime.max.replace(tzinfo=timezone.utc)  # unknown age: never "old"
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)

@@ -24,23 +24,24 @@ import errno
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Final, Generic, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Generic, Literal, TypeVar
 
 import lmdb
 import ormsgpack
 from deltalog.engine import keys
 from deltalog.engine.codec import RecordCodec
-from deltalog.engine.core import DeltaWalk
+from deltalog.engine.core import DeltaWalk, Node, Plan, delta_chains
 from deltalog.engine.errors import (
     CorruptRecordError,
     DeltaLogError,
     FormatVersionError,
     StoreFullError,
     StoreOpenError,
+    ThreadExistsError,
 )
-from deltalog.engine.store_rows import BlobRow, CheckpointRow, Typed, Version, WriteRow
+from deltalog.engine.store_rows import FLAG_HIDDEN, BlobRow, CheckpointRow, Typed, Version, WriteRow
 
 __all__ = [
     "BlobRow",
@@ -61,6 +62,41 @@ _UNSUPPORTED_FS: Final = frozenset(
 )
 # A walk that finds no seed after this many ancestors is reading a damaged chain.
 MAX_WALK: Final = 1_000_000
+
+
+@dataclass
+class _RawNode:
+    cid: str
+    parent: str | None
+    versions: dict[str, Version]
+    delta: frozenset[str]
+    flags: int
+    run_id: str | None
+
+    @classmethod
+    def of(cls, rec: Any, key: bytes, extra_delta: frozenset[str]) -> _RawNode:
+        versions: dict[str, Version] = rec[1]
+        delta = (frozenset(rec[8]) if len(rec) > 8 else frozenset()) | extra_delta
+        return cls(
+            keys.decode_checkpoint_key(key)[2],
+            rec[0],
+            versions,
+            frozenset(c for c in delta if c in versions),
+            rec[6],
+            rec[7],
+        )
+
+
+@dataclass
+class VerifyFindings:
+    """Raw findings of :meth:`ReadTxn.verify_group` (the saver names threads)."""
+
+    checkpoints: int = 0
+    records: int = 0
+    problems: list[tuple[str, Literal["error", "warning"], str | None, str]] = field(
+        default_factory=list
+    )
+    decodable: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -177,7 +213,7 @@ class ReadTxn:
     def _decode_checkpoint(self, t: int, n: int, key: bytes, raw: bytes) -> CheckpointRow:
         rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
         try:
-            parent, versions, ctype, cbytes, mtype, mbytes, flags, run_id = rec
+            parent, versions, ctype, cbytes, mtype, mbytes, flags, run_id = rec[:8]
             _, _, cid = keys.decode_checkpoint_key(key)
         except Exception as exc:
             raise CorruptRecordError(
@@ -353,6 +389,198 @@ class ReadTxn:
             cursor = parent
         return walk.result()
 
+    # -- maintenance reads -------------------------------------------------------------
+
+    def group(
+        self, t: int, n: int, extra_delta: frozenset[str] = frozenset()
+    ) -> tuple[dict[str, Node], dict[str, dict[str, Version]], dict[str, str | None]]:
+        """Every checkpoint of one (thread, ns) as planning nodes.
+
+        Args:
+            t: Thread id.
+            n: Namespace id.
+            extra_delta: Channels to treat as delta channels everywhere (the
+                reducer map a caller passed), besides those recorded at put time.
+
+        Returns:
+            (nodes by id, channel versions by id, run id by id).
+        """
+        rows: list[_RawNode] = []
+        for key, raw in self.iter_checkpoint_keys(keys.ns_prefix(t, n), start=None, reverse=False):
+            rows.append(
+                _RawNode.of(self.codec.decode(raw, f"checkpoints/{key.hex()}"), key, extra_delta)
+            )
+        return (
+            self._nodes(t, n, rows, extra_delta),
+            {r.cid: r.versions for r in rows},
+            {r.cid: r.run_id for r in rows},
+        )
+
+    def _nodes(
+        self, t: int, n: int, rows: list[_RawNode], extra_delta: frozenset[str]
+    ) -> dict[str, Node]:
+        union = set(extra_delta).union(*(r.delta for r in rows))
+        channel_ids = {c: self.name_id(keys.KIND_CHANNEL, c) for c in union}
+        cur = self.txn.cursor(db=self.dbs.blobs)
+        nodes: dict[str, Node] = {}
+        for r in rows:
+            seeded = frozenset(
+                c
+                for c, i in channel_ids.items()
+                if i is not None
+                and c in r.versions
+                and cur.set_key(keys.blob_key(t, n, i, r.versions[c]))
+            )
+            nodes[r.cid] = Node(
+                r.cid, r.parent, r.delta, seeded, bool(r.flags & FLAG_HIDDEN), frozenset(r.versions)
+            )
+        return nodes
+
+    def verify_group(self, t: int, n: int) -> VerifyFindings:
+        """Check one (thread, ns): records decode, parents exist, delta chains reach a seed.
+
+        Never raises for damaged data: every defect becomes a finding.
+        """
+        found = VerifyFindings()
+        rows: list[_RawNode] = []
+        prefix = keys.ns_prefix(t, n)
+        present: set[bytes] = set()
+        for key, raw in self.iter_checkpoint_keys(prefix, start=None, reverse=False):
+            present.add(key)
+            found.records += 1
+            try:
+                cid = keys.decode_checkpoint_key(key)[2]
+            except Exception as exc:
+                found.problems.append(
+                    ("undecodable", "error", None, f"checkpoint key {key.hex()}: {exc}")
+                )
+                continue
+            try:
+                rows.append(
+                    _RawNode.of(
+                        self.codec.decode(raw, f"checkpoints/{key.hex()}"), key, frozenset()
+                    )
+                )
+            except Exception as exc:
+                found.problems.append(("undecodable", "error", cid, str(exc)))
+        found.checkpoints = len(present)
+        nodes = self._nodes(t, n, rows, frozenset())
+        found.decodable = list(nodes)
+        for cid, node in nodes.items():
+            if node.parent_id is not None and node.parent_id not in nodes:
+                found.problems.append(
+                    ("dangling_parent", "error", cid, f"parent {node.parent_id} is missing")
+                )
+        for (cid, channel), missing in sorted(delta_chains(nodes, list(nodes)).broken.items()):
+            found.problems.append(
+                (
+                    "broken_delta_chain",
+                    "error",
+                    cid,
+                    f"channel {channel!r} needs missing ancestor {missing}",
+                )
+            )
+        orphaned: set[bytes] = set()
+        cur = self.txn.cursor(db=self.dbs.writes)
+        ok = cur.set_range(prefix)
+        while ok and cur.key().startswith(prefix):
+            key, raw = cur.key(), cur.value()
+            found.records += 1
+            try:
+                _, pos = keys.decode_id(key, 16)
+                ckey = key[:pos]
+                self.codec.decode(raw[8:], f"writes/{key.hex()}")
+                if ckey not in present and ckey not in orphaned:
+                    orphaned.add(ckey)
+                    found.problems.append(
+                        (
+                            "writes_without_checkpoint",
+                            "warning",
+                            keys.decode_checkpoint_key(ckey)[2],
+                            "no checkpoint record",
+                        )
+                    )
+            except Exception as exc:
+                found.problems.append(("undecodable", "error", None, f"write {key.hex()}: {exc}"))
+            ok = cur.next()
+        referenced = self.referenced_blob_keys(t, n, (r.versions for r in rows))
+        cur = self.txn.cursor(db=self.dbs.blobs)
+        ok = cur.set_range(prefix)
+        while ok and cur.key().startswith(prefix):
+            key, raw = cur.key(), cur.value()
+            found.records += 1
+            try:
+                self.codec.decode(raw, f"blobs/{key.hex()}")
+            except Exception as exc:
+                found.problems.append(("undecodable", "error", None, str(exc)))
+            if key not in referenced:
+                found.problems.append(("unreferenced_blob", "warning", None, f"blob {key.hex()}"))
+            ok = cur.next()
+        return found
+
+    def referenced_blob_keys(
+        self, t: int, n: int, versions: Iterable[dict[str, Version]]
+    ) -> set[bytes]:
+        """Blob keys that the given channel-version maps point at."""
+        out: set[bytes] = set()
+        for vers in versions:
+            for channel, version in vers.items():
+                c = self.name_id(keys.KIND_CHANNEL, channel)
+                if c is not None:
+                    out.add(keys.blob_key(t, n, c, version))
+        return out
+
+    def measure(
+        self, t: int, n: int, plan: Plan, versions: dict[str, dict[str, Version]]
+    ) -> dict[str, int]:
+        """What applying ``plan`` removes: counts and bytes of records, writes, blobs."""
+        out = {"checkpoints": 0, "writes": 0, "blobs": 0, "bytes": 0}
+        cur_c = self.txn.cursor(db=self.dbs.checkpoints)
+        cur_w = self.txn.cursor(db=self.dbs.writes)
+        for cid in plan.delete:
+            key = keys.checkpoint_key(t, n, keys.encode_id(cid))
+            if cur_c.set_key(key):
+                out["checkpoints"] += 1
+                out["bytes"] += len(key) + len(cur_c.value())
+            ok = cur_w.set_range(key)
+            while ok and cur_w.key().startswith(key):
+                out["writes"] += 1
+                out["bytes"] += len(cur_w.key()) + len(cur_w.value())
+                ok = cur_w.next()
+        keep = self.referenced_blob_keys(
+            t, n, (v for c, v in versions.items() if c not in plan.delete)
+        )
+        prefix = keys.ns_prefix(t, n)
+        cur_b = self.txn.cursor(db=self.dbs.blobs)
+        ok = cur_b.set_range(prefix)
+        while ok and cur_b.key().startswith(prefix):
+            if cur_b.key() not in keep:
+                out["blobs"] += 1
+                out["bytes"] += len(cur_b.key()) + len(cur_b.value())
+            ok = cur_b.next()
+        return out
+
+    def thread_groups(self, thread_id: str) -> list[tuple[int, int]]:
+        """(thread, ns) ids of a thread's namespaces; empty if the thread is unknown."""
+        t = self.name_id(keys.KIND_THREAD, thread_id)
+        return [] if t is None else [(t, n) for n in self.namespaces(t)]
+
+    def orphan_blob_keys(self, t: int, n: int, referenced: set[bytes]) -> list[bytes]:
+        """Blob keys of (thread, ns) that no checkpoint references."""
+        prefix = keys.ns_prefix(t, n)
+        out: list[bytes] = []
+        cur = self.txn.cursor(db=self.dbs.blobs)
+        ok = cur.set_range(prefix)
+        while ok and cur.key().startswith(prefix):
+            if cur.key() not in referenced:
+                out.append(cur.key())
+            ok = cur.next()
+        return out
+
+    def checkpoint_exists(self, checkpoint_key: bytes) -> bool:
+        """True if a checkpoint record exists under this key."""
+        return bool(self.txn.cursor(db=self.dbs.checkpoints).set_key(checkpoint_key))
+
     def iter_checkpoint_keys(
         self, prefix: bytes, *, start: bytes | None, reverse: bool
     ) -> Iterator[tuple[bytes, bytes]]:
@@ -489,8 +717,8 @@ class WriteTxn(ReadTxn):
         metadata: Typed,
         run_id: str | None,
         blobs: Sequence[BlobRow],
+        delta: Sequence[str] = (),
         flags: int = 0,
-        raw_blobs: bool = False,
     ) -> None:
         """Store a checkpoint record, its new blobs and its run-index entry.
 
@@ -504,9 +732,11 @@ class WriteTxn(ReadTxn):
         n = self.intern(keys.KIND_NS, checkpoint_ns)
         for blob in blobs:
             c = self.intern(keys.KIND_CHANNEL, blob.channel)
-            value = blob.value[1] if raw_blobs else self.codec.encode(list(blob.value))
             self.txn.put(
-                keys.blob_key(t, n, c, blob.version), value, overwrite=False, db=self.dbs.blobs
+                keys.blob_key(t, n, c, blob.version),
+                self.codec.encode(list(blob.value)),
+                overwrite=False,
+                db=self.dbs.blobs,
             )
         key = keys.checkpoint_key(t, n, cid)
         old = self.txn.get(key, db=self.dbs.checkpoints)
@@ -523,6 +753,7 @@ class WriteTxn(ReadTxn):
             metadata[1],
             flags,
             run_id,
+            list(delta),
         ]
         self.txn.put(key, self.codec.encode(record), db=self.dbs.checkpoints)
         if run_id is not None:
@@ -569,6 +800,110 @@ class WriteTxn(ReadTxn):
         if run_id is not None:
             self.txn.delete(keys.run_key(keys.encode_run(run_id), t, n, cid), db=self.dbs.runs)
         self.delete_prefix(self.dbs.writes, key)
+
+    # -- maintenance writes -------------------------------------------------------------
+
+    def apply_plan(
+        self,
+        t: int,
+        n: int,
+        plan: Plan,
+        seeds: Sequence[tuple[str, BlobRow]],
+        versions: dict[str, dict[str, Version]],
+        runs: dict[str, str | None],
+    ) -> dict[str, int]:
+        """Carry out a maintenance plan on one (thread, ns); return what it removed.
+
+        Seeds are written first, then checkpoints are deleted, hidden,
+        unhidden or re-linked, then blobs nobody references are collected.
+        """
+        removed = self.measure(t, n, plan, versions)
+        for _, blob in seeds:
+            c = self.intern(keys.KIND_CHANNEL, blob.channel)
+            self.txn.put(
+                keys.blob_key(t, n, c, blob.version),
+                self.codec.encode(list(blob.value)),
+                overwrite=False,
+                db=self.dbs.blobs,
+            )
+        for cid in plan.delete:
+            self.delete_checkpoint(t, n, cid, runs.get(cid))
+        for cid in (plan.hide | plan.unhide | set(plan.relink)) - plan.delete:
+            key = keys.checkpoint_key(t, n, keys.encode_id(cid))
+            raw = self.txn.get(key, db=self.dbs.checkpoints)
+            if raw is None:
+                continue
+            rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
+            if cid in plan.hide:
+                rec[6] |= FLAG_HIDDEN
+            if cid in plan.unhide:
+                rec[6] &= ~FLAG_HIDDEN
+            if cid in plan.relink:
+                rec[0] = plan.relink[cid]
+            self.txn.put(key, self.codec.encode(rec), db=self.dbs.checkpoints)
+        keep = self.referenced_blob_keys(
+            t, n, (v for c, v in versions.items() if c not in plan.delete)
+        )
+        for key in self.orphan_blob_keys(t, n, keep):
+            self.txn.delete(key, db=self.dbs.blobs)
+        removed["seeds"] = len(seeds)
+        removed["hidden"] = len(plan.hide)
+        return removed
+
+    def copy_thread(self, source: str, target: str) -> dict[str, int] | None:
+        """Copy every record of a thread under another thread id, bytes as stored.
+
+        Returns:
+            Counts per database, or None when the source has no rows.
+
+        Raises:
+            ThreadExistsError: The target already has rows.
+        """
+        s = self.name_id(keys.KIND_THREAD, source)
+        if s is None or not self.has_thread_rows(s):
+            return None
+        existing = self.name_id(keys.KIND_THREAD, target)
+        if existing is not None and self.has_thread_rows(existing):
+            raise ThreadExistsError(
+                f"thread {target!r} already has checkpoints; copy_thread does not merge. "
+                "Delete it first or choose another target thread_id"
+            )
+        if source == target:
+            raise ThreadExistsError(f"source and target are the same thread {source!r}")
+        d = self.intern(keys.KIND_THREAD, target)
+        counts: dict[str, int] = {}
+        prefix = keys.thread_prefix(s)
+        for name in ("checkpoints", "writes", "blobs"):
+            db = getattr(self.dbs, name)
+            counts[name] = 0
+            start = prefix
+            while True:
+                # Read a chunk, then write it: puts while a cursor walks the same
+                # database could move the cursor.
+                chunk: list[tuple[bytes, bytes]] = []
+                cur = self.txn.cursor(db=db)
+                ok = cur.set_range(start)
+                if ok and start != prefix and cur.key() == start:
+                    ok = cur.next()
+                while ok and len(chunk) < 1024 and cur.key().startswith(prefix):
+                    chunk.append((cur.key(), cur.value()))
+                    ok = cur.next()
+                for key, value in chunk:
+                    self.txn.put(keys.rethread(key, d), value, db=db)
+                    if name == "checkpoints":
+                        run_id = self.codec.decode(value, f"checkpoints/{key.hex()}")[7]
+                        if run_id is not None:
+                            n = int.from_bytes(key[8:16], "big")
+                            self.txn.put(
+                                keys.run_key(keys.encode_run(run_id), d, n, key[16:]),
+                                b"",
+                                db=self.dbs.runs,
+                            )
+                counts[name] += len(chunk)
+                if len(chunk) < 1024:
+                    break
+                start = chunk[-1][0]
+        return counts
 
     def delete_prefix(self, db: Any, prefix: bytes) -> int:
         """Delete every key starting with ``prefix``; return how many."""
