@@ -112,6 +112,13 @@ class RecordCodec:
                 return bytes((TAG_ZSTD,)) + packed
         return bytes((TAG_PLAIN,)) + body
 
+    def raw_size(self, data: bytes) -> int:
+        """Size of a record's envelope before compression (from the frame header)."""
+        if data and data[0] == TAG_ZSTD:
+            size = zstandard.frame_content_size(data[1:])
+            return int(size) + 1 if size >= 0 else len(data)
+        return len(data)
+
     def decode(self, data: bytes, what: str) -> Any:
         """Decode one record; ``what`` names it in the error (database and key)."""
         try:

@@ -21,7 +21,7 @@ import logging
 import os
 import random
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
@@ -36,7 +36,7 @@ from deltalog.engine.core import Node, Plan, plan_delete, plan_keep
 from deltalog.engine.errors import ConfigError, DeltaChainError, DeltaLogError, InvalidInputError
 from deltalog.engine.reports import CompactReport, CopyReport, Problem, RemovalReport, VerifyReport
 from deltalog.engine.store import Store, WriteTxn
-from deltalog.engine.store_rows import BlobRow, CheckpointRow, Typed
+from deltalog.engine.store_rows import BlobRow, CheckpointRow, ThreadSummary, Typed, WriteRow
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -55,6 +55,9 @@ __all__ = ["DeltaLogSaver"]
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
+
+EXPORT_FORMAT = "deltalog-export"
+EXPORT_VERSION = 1
 
 # Rows read per read transaction while listing: short transactions keep LMDB
 # from pinning old pages while the caller consumes the iterator.
@@ -832,6 +835,76 @@ class DeltaLogSaver(
         self.store.copy_to(dest, compact=compact)
         after = os.path.getsize(os.path.join(os.fspath(dest), "data.mdb"))
         return CompactReport(self.store.path, os.fspath(dest), before, after)
+
+    # -- inspection, export and import ------------------------------------------------------
+
+    def threads(self) -> builtins.list[ThreadSummary]:
+        """Every thread with checkpoint/write/blob counts, namespaces, newest id and bytes.
+
+        Read from keys and record sizes only (nothing is deserialized).
+        """
+        with self.store.read() as r:
+            return r.thread_summaries()
+
+    def channel_stats(self) -> dict[str, dict[str, int]]:
+        """Per channel: stored values and writes, bytes as stored and before compression."""
+        with self.store.read() as r:
+            return r.channel_sizes()
+
+    def get_writes(self, config: RunnableConfig) -> builtins.list[WriteRow]:
+        """A checkpoint's writes with ``task_path`` and ``idx`` (still serialized).
+
+        ``pending_writes`` drops the path; migration to another saver needs it
+        to keep ``writes_sort_key`` order there.
+        """
+        thread_id, checkpoint_ns, checkpoint_id = _parse_config(config)
+        with self.store.read() as r:
+            ids = r.ids(thread_id, checkpoint_ns)
+            row = r.checkpoint(*ids, checkpoint_id, with_values=False) if ids else None
+        return [] if row is None else row.writes
+
+    def export_records(self, thread_ids: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
+        """Portable records of threads (all when None), values as the serde stored them.
+
+        Each thread is read in one snapshot. The stream round-trips exactly
+        through :meth:`import_records`; docs/cli.md documents its format.
+
+        Yields:
+            A header record, then checkpoint, blob and write records per thread.
+        """
+        yield {"kind": "header", "format": EXPORT_FORMAT, "version": EXPORT_VERSION}
+        with self.store.read() as r:
+            if thread_ids is None:
+                tids = [r.name_of(keys.KIND_THREAD, t) for t in r.threads()]
+            else:
+                tids = _thread_list(thread_ids, "thread_ids")
+        for thread_id in tids:
+            with self.store.read() as r:
+                t = r.name_id(keys.KIND_THREAD, thread_id)
+                rows = builtins.list(r.export_thread(t)) if t is not None else []
+            yield from rows
+
+    def import_records(self, records: Iterable[dict[str, Any]]) -> dict[str, int]:
+        """Import an export stream in one write transaction (all or nothing, R8).
+
+        Raises:
+            InvalidInputError: The stream has no valid header or a malformed record.
+            ThreadExistsError: A thread in the stream already exists here.
+        """
+        items = iter(records)
+        header = next(items, None)
+        if not isinstance(header, Mapping) or header.get("format") != EXPORT_FORMAT:
+            raise InvalidInputError(
+                f"import stream starts with {header!r:.80}, not a {EXPORT_FORMAT} header; "
+                "pass the output of `deltalog export`"
+            )
+        if header.get("version") != EXPORT_VERSION:
+            raise InvalidInputError(
+                f"export stream version {header.get('version')!r}; this deltalog reads "
+                f"version {EXPORT_VERSION}"
+            )
+        rows = builtins.list(items)
+        return self.store.write(lambda w: w.import_records(rows))
 
     # -- async twins -------------------------------------------------------------------------
 

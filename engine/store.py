@@ -37,11 +37,20 @@ from deltalog.engine.errors import (
     CorruptRecordError,
     DeltaLogError,
     FormatVersionError,
+    InvalidInputError,
     StoreFullError,
     StoreOpenError,
     ThreadExistsError,
 )
-from deltalog.engine.store_rows import FLAG_HIDDEN, BlobRow, CheckpointRow, Typed, Version, WriteRow
+from deltalog.engine.store_rows import (
+    FLAG_HIDDEN,
+    BlobRow,
+    CheckpointRow,
+    ThreadSummary,
+    Typed,
+    Version,
+    WriteRow,
+)
 
 __all__ = [
     "BlobRow",
@@ -581,6 +590,123 @@ class ReadTxn:
         """True if a checkpoint record exists under this key."""
         return bool(self.txn.cursor(db=self.dbs.checkpoints).set_key(checkpoint_key))
 
+    # -- inspection and portable export --------------------------------------------------
+
+    def thread_summaries(self) -> list[ThreadSummary]:
+        """Per thread: checkpoints, namespaces, newest id, stored bytes — from keys and sizes.
+
+        Nothing is decoded, so this stays fast on many threads.
+        """
+        out: dict[int, ThreadSummary] = {}
+        cur = self.txn.cursor(db=self.dbs.checkpoints)
+        for key, value in cur.iternext(keys=True, values=True):
+            t = int.from_bytes(key[:8], "big")
+            s = out.get(t)
+            if s is None:
+                s = out[t] = ThreadSummary(self.name_of(keys.KIND_THREAD, t))
+            s.checkpoints += 1
+            s.bytes += len(key) + len(value)
+            ns = self.name_of(keys.KIND_NS, int.from_bytes(key[8:16], "big"))
+            if ns not in s.namespaces:
+                s.namespaces.append(ns)
+            cid = key[16:]
+            if ns == "" and (s.newest_key is None or cid > s.newest_key):
+                s.newest_key = cid
+                s.newest_id = keys.decode_id(key, 16)[0]
+        for name in ("writes", "blobs"):
+            cur = self.txn.cursor(db=getattr(self.dbs, name))
+            for key, value in cur.iternext(keys=True, values=True):
+                s = out.get(int.from_bytes(key[:8], "big"))
+                if s is not None:
+                    s.bytes += len(key) + len(value)
+                    if name == "writes":
+                        s.writes += 1
+                    else:
+                        s.blobs += 1
+        return list(out.values())
+
+    def channel_sizes(self) -> dict[str, dict[str, int]]:
+        """Per channel: blob and write counts, stored bytes and raw (uncompressed) bytes."""
+        out: dict[str, dict[str, int]] = {}
+
+        def entry(channel_id: int) -> dict[str, int]:
+            name = self.name_of(keys.KIND_CHANNEL, channel_id)
+            e = out.get(name)
+            if e is None:
+                e = out[name] = {
+                    "blobs": 0,
+                    "blob_bytes": 0,
+                    "writes": 0,
+                    "write_bytes": 0,
+                    "raw_bytes": 0,
+                }
+            return e
+
+        for key, value in self.txn.cursor(db=self.dbs.blobs).iternext(keys=True, values=True):
+            e = entry(int.from_bytes(key[16:24], "big"))
+            e["blobs"] += 1
+            e["blob_bytes"] += len(value)
+            e["raw_bytes"] += self.codec.raw_size(value)
+        for _, value in self.txn.cursor(db=self.dbs.writes).iternext(keys=True, values=True):
+            e = entry(int.from_bytes(value[:8], "big"))
+            e["writes"] += 1
+            e["write_bytes"] += len(value)
+            e["raw_bytes"] += 8 + self.codec.raw_size(value[8:])
+        return out
+
+    def export_thread(self, t: int) -> Iterator[dict[str, Any]]:
+        """Portable records of one thread: names instead of interned ids, values as stored by serde."""
+        thread_id = self.name_of(keys.KIND_THREAD, t)
+        prefix = keys.thread_prefix(t)
+        for key, raw in self.iter_checkpoint_keys(prefix, start=None, reverse=False):
+            rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
+            yield {
+                "kind": "checkpoint",
+                "thread_id": thread_id,
+                "checkpoint_ns": self.name_of(keys.KIND_NS, int.from_bytes(key[8:16], "big")),
+                "checkpoint_id": keys.decode_id(key, 16)[0],
+                "parent_id": rec[0],
+                "channel_versions": rec[1],
+                "checkpoint": [rec[2], rec[3]],
+                "metadata": [rec[4], rec[5]],
+                "flags": rec[6],
+                "run_id": rec[7],
+                "delta": list(rec[8]) if len(rec) > 8 else [],
+            }
+        cur = self.txn.cursor(db=self.dbs.blobs)
+        ok = cur.set_range(prefix)
+        while ok and cur.key().startswith(prefix):
+            key = cur.key()
+            _, n, c, version = keys.decode_blob_key(key)
+            rec = self.codec.decode(cur.value(), f"blobs/{key.hex()}")
+            yield {
+                "kind": "blob",
+                "thread_id": thread_id,
+                "checkpoint_ns": self.name_of(keys.KIND_NS, n),
+                "channel": self.name_of(keys.KIND_CHANNEL, c),
+                "version": version,
+                "value": [rec[0], rec[1]],
+            }
+            ok = cur.next()
+        cur = self.txn.cursor(db=self.dbs.writes)
+        ok = cur.set_range(prefix)
+        while ok and cur.key().startswith(prefix):
+            key, raw = cur.key(), cur.value()
+            _, n, cid, task_path, task_id, idx = keys.decode_write_key(key)
+            rec = self.codec.decode(raw[8:], f"writes/{key.hex()}")
+            yield {
+                "kind": "write",
+                "thread_id": thread_id,
+                "checkpoint_ns": self.name_of(keys.KIND_NS, n),
+                "checkpoint_id": cid,
+                "task_id": task_id,
+                "task_path": task_path,
+                "idx": idx,
+                "channel": self.name_of(keys.KIND_CHANNEL, int.from_bytes(raw[:8], "big")),
+                "value": [rec[0], rec[1]],
+            }
+            ok = cur.next()
+
     def iter_checkpoint_keys(
         self, prefix: bytes, *, start: bytes | None, reverse: bool
     ) -> Iterator[tuple[bytes, bytes]]:
@@ -903,6 +1029,73 @@ class WriteTxn(ReadTxn):
                 if len(chunk) < 1024:
                     break
                 start = chunk[-1][0]
+        return counts
+
+    def import_records(self, records: Iterable[dict[str, Any]]) -> dict[str, int]:
+        """Store portable records (from :meth:`ReadTxn.export_thread`) in this transaction.
+
+        Raises:
+            ThreadExistsError: A thread in the stream already has checkpoints here.
+            InvalidInputError: A record is malformed.
+        """
+        counts = {"threads": 0, "checkpoints": 0, "blobs": 0, "writes": 0}
+        checked: set[str] = set()
+        for rec in records:
+            try:
+                kind = rec["kind"]
+                thread_id = rec["thread_id"]
+                ns = rec["checkpoint_ns"]
+            except (KeyError, TypeError) as exc:
+                raise InvalidInputError(f"import record {rec!r:.120} lacks {exc}") from None
+            if thread_id not in checked:
+                existing = self.name_id(keys.KIND_THREAD, thread_id)
+                if existing is not None and self.has_thread_rows(existing):
+                    raise ThreadExistsError(
+                        f"thread {thread_id!r} already exists in this store; import into an "
+                        "empty store or delete the thread first"
+                    )
+                checked.add(thread_id)
+                counts["threads"] += 1
+            try:
+                if kind == "checkpoint":
+                    self.put_checkpoint(
+                        thread_id,
+                        ns,
+                        rec["checkpoint_id"],
+                        parent_id=rec["parent_id"],
+                        channel_versions=rec["channel_versions"],
+                        checkpoint=(rec["checkpoint"][0], rec["checkpoint"][1]),
+                        metadata=(rec["metadata"][0], rec["metadata"][1]),
+                        run_id=rec["run_id"],
+                        blobs=(),
+                        delta=rec.get("delta", ()),
+                        flags=rec.get("flags", 0),
+                    )
+                elif kind == "blob":
+                    t = self.intern(keys.KIND_THREAD, thread_id)
+                    n = self.intern(keys.KIND_NS, ns)
+                    c = self.intern(keys.KIND_CHANNEL, rec["channel"])
+                    self.txn.put(
+                        keys.blob_key(t, n, c, rec["version"]),
+                        self.codec.encode([rec["value"][0], rec["value"][1]]),
+                        db=self.dbs.blobs,
+                    )
+                elif kind == "write":
+                    self.put_writes(
+                        thread_id,
+                        ns,
+                        rec["checkpoint_id"],
+                        rec["task_id"],
+                        rec["task_path"],
+                        [(rec["channel"], rec["idx"], (rec["value"][0], rec["value"][1]))],
+                    )
+                else:
+                    raise InvalidInputError(f"import record kind {kind!r} is unknown")
+            except (KeyError, TypeError, IndexError) as exc:
+                raise InvalidInputError(
+                    f"import record {rec!r:.120} is malformed ({exc})"
+                ) from None
+            counts[kind + "s"] += 1
         return counts
 
     def delete_prefix(self, db: Any, prefix: bytes) -> int:

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
-__all__ = ["FLAG_HIDDEN", "BlobRow", "CheckpointRow", "Typed", "Version", "WriteRow"]
+__all__ = [
+    "FLAG_HIDDEN",
+    "BlobRow",
+    "CheckpointRow",
+    "ThreadSummary",
+    "Typed",
+    "Version",
+    "WriteRow",
+]
 
 Typed = tuple[str, bytes]
 """A value as ``serde.dumps_typed`` returned it."""
@@ -53,3 +62,17 @@ class CheckpointRow:
     def hidden(self) -> bool:
         """True when the checkpoint is kept only to reconstruct a later one (pruned)."""
         return bool(self.flags & FLAG_HIDDEN)
+
+
+@dataclass
+class ThreadSummary:
+    """One thread as ``deltalog threads`` lists it (read from keys and sizes only)."""
+
+    thread_id: str
+    checkpoints: int = 0
+    writes: int = 0
+    blobs: int = 0
+    bytes: int = 0
+    namespaces: list[str] = field(default_factory=list)
+    newest_id: str | None = None
+    newest_key: builtins.bytes | None = None

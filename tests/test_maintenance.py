@@ -9,11 +9,10 @@ from typing import Any
 
 import lmdb
 import pytest
+from deltalog.engine import DeltaChainError, DeltaLogSaver, InvalidInputError, ThreadExistsError
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.message import _messages_delta_reducer
-
-from deltalog.engine import DeltaChainError, DeltaLogSaver, InvalidInputError, ThreadExistsError
 
 from .graphs import cfg, chat_graph, history, human, observe
 
