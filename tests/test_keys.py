@@ -1,0 +1,135 @@
+"""Key codec: byte order equals logical order, decoding round-trips, keys fit LMDB (R1, R4, R5)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from deltalog.engine import keys
+from deltalog.engine.errors import KeyTooLongError
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langgraph.checkpoint.base.id import uuid6
+from ulid import ULID
+
+texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
+task_paths = st.one_of(texts, st.sampled_from(["", "~__pregel_pull, model", "~__pregel_push, 0"]))
+idxs = st.integers(min_value=-4, max_value=2**20)
+
+
+@given(st.lists(st.tuples(task_paths, texts, idxs), min_size=2, max_size=30))
+def test_write_keys_sort_like_writes_sort_key(items: list[tuple[str, str, int]]) -> None:
+    """R1: sorted(encode(k)) == encode(sorted(k)) for (task_path, task_id, idx), idx signed."""
+    cid = keys.encode_id(str(uuid6()))
+    encoded = {keys.write_key(1, 2, cid, p, t, i): (p, t, i) for p, t, i in items}
+    assert [encoded[k] for k in sorted(encoded)] == sorted(set(items))
+
+
+@given(task_paths, texts, idxs)
+def test_write_key_round_trip(task_path: str, task_id: str, idx: int) -> None:
+    """Decoding a write key gives back every component exactly (NUL and unicode included)."""
+    cid_str = str(uuid6())
+    key = keys.write_key(7, 9, keys.encode_id(cid_str), task_path, task_id, idx)
+    assert keys.decode_write_key(key) == (7, 9, cid_str, task_path, task_id, idx)
+
+
+@given(st.lists(texts, min_size=2, max_size=30))
+def test_string_encoding_is_order_preserving(values: list[str]) -> None:
+    """The escaped string encoding sorts exactly like Python strings, NUL included."""
+    encoded = {keys.encode_str(v): v for v in values}
+    assert [encoded[k] for k in sorted(encoded)] == sorted(set(values))
+    for v in values:
+        assert keys.decode_str(keys.encode_str(v) + b"tail", 0) == (v, len(keys.encode_str(v)))
+
+
+def test_nul_does_not_alias() -> None:
+    """R5: ("a\\x00", "b") and ("a", "\\x00b") — the NUL-join trap — encode differently."""
+    cid = keys.encode_id(str(uuid6()))
+    assert keys.write_key(1, 1, cid, "a\x00", "b", 0) != keys.write_key(1, 1, cid, "a", "\x00b", 0)
+
+
+@given(st.lists(st.uuids().map(str), min_size=2, max_size=20, unique=True))
+def test_uuid_ids_sort_and_round_trip(ids: list[str]) -> None:
+    """R4: canonical uuid ids (uuid6 included) are 17 bytes, sort like their strings, come back exactly."""
+    encoded = {keys.encode_id(i): i for i in ids}
+    assert all(len(k) == 17 for k in encoded)
+    assert [encoded[k] for k in sorted(encoded)] == sorted(ids)
+    assert all(keys.decode_id(k, 0)[0] == i for k, i in encoded.items())
+
+
+@given(
+    st.lists(
+        st.binary(min_size=16, max_size=16).map(lambda b: str(ULID.from_bytes(b))),
+        min_size=2,
+        max_size=20,
+        unique=True,
+    )
+)
+def test_ulid_ids_sort_and_round_trip(ids: list[str]) -> None:
+    """R4: ULIDs are 17 bytes, sort like their strings and come back exactly."""
+    encoded = {keys.encode_id(i): i for i in ids}
+    assert all(len(k) == 17 for k in encoded)
+    assert [encoded[k] for k in sorted(encoded)] == sorted(ids)
+    assert all(keys.decode_id(k, 0)[0] == i for k, i in encoded.items())
+
+
+@given(texts)
+def test_other_string_ids_round_trip(value: str) -> None:
+    """R4: ids that are not uuid/ULID strings are kept verbatim (uppercase uuids too)."""
+    assert keys.decode_id(keys.encode_id(value), 0)[0] == value
+
+
+def test_uppercase_uuid_is_returned_verbatim() -> None:
+    """A non-canonical uuid string is stored as a string, so it is returned exactly as given."""
+    raw = str(uuid.uuid4()).upper()
+    assert keys.decode_id(keys.encode_id(raw), 0)[0] == raw
+
+
+@given(st.one_of(st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False), texts))
+def test_version_round_trip(version: int | float | str) -> None:
+    """Channel versions of every type decode to themselves."""
+    decoded, _ = keys.decode_version(keys.encode_version(version), 0)
+    assert decoded == version and type(decoded) is type(version)
+
+
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=2, unique=True))
+def test_int_versions_sort(values: list[int]) -> None:
+    """Integer versions sort numerically in byte order (blob keys of one channel in version order)."""
+    encoded = {keys.encode_version(v): v for v in values}
+    assert [encoded[k] for k in sorted(encoded)] == sorted(values)
+
+
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=True), min_size=2, unique=True))
+def test_float_versions_sort(values: list[float]) -> None:
+    """Float versions sort numerically in byte order."""
+    encoded = {keys.encode_version(v): v for v in values if v != 0.0 or str(v) == "0.0"}
+    assert [encoded[k] for k in sorted(encoded)] == sorted(encoded.values())
+
+
+@settings(max_examples=25)
+@given(st.text(min_size=401, max_size=10_000))
+def test_long_names_are_hashed_under_the_key_limit(name: str) -> None:
+    """R5: a 10 KB thread_id still makes a names key under 511 bytes."""
+    assert len(keys.name_key(keys.KIND_THREAD, name)) <= keys.MAX_KEY
+
+
+def test_long_task_path_raises_key_too_long() -> None:
+    """R9: a write key over 511 bytes raises KeyTooLongError naming the fix."""
+    cid = keys.encode_id(str(uuid6()))
+    with pytest.raises(KeyTooLongError, match="LMDB's limit"):
+        keys.write_key(1, 1, cid, "x" * 600, "task", 0)
+
+
+def test_blob_key_round_trip() -> None:
+    """Blob keys decode to (thread, ns, channel, version)."""
+    version = "00000000000000000000000000000003.0.123"
+    assert keys.decode_blob_key(keys.blob_key(3, 4, 5, version)) == (3, 4, 5, version)
+
+
+@given(st.one_of(st.uuids().map(str), texts, st.text(min_size=401, max_size=2000)))
+def test_run_key_round_trip(run_id: str) -> None:
+    """The run index key gives back (thread, ns, checkpoint_id) for any run id."""
+    cid = str(uuid6())
+    key = keys.run_key(keys.encode_run(run_id), 11, 12, keys.encode_id(cid))
+    assert keys.decode_run_key(key) == (11, 12, cid)
+    assert len(key) <= keys.MAX_KEY
