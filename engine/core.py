@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from deltalog.engine.store_rows import Typed, WriteRow
+from deltalog.engine.store_rows import StoredValue, WriteRow
 
 __all__ = ["Chain", "DeltaWalk", "Node", "Plan", "delta_chains", "plan_delete", "plan_keep"]
 
@@ -29,7 +29,7 @@ class DeltaWalk:
     channels: tuple[str, ...]
     remaining: set[str] = field(init=False)
     _collected: dict[str, list[list[WriteRow]]] = field(init=False)
-    _seeds: dict[str, Typed] = field(init=False)
+    _seeds: dict[str, StoredValue] = field(init=False)
 
     def __post_init__(self) -> None:
         self.remaining = set(self.channels)
@@ -41,7 +41,7 @@ class DeltaWalk:
         """True once every channel found its seed."""
         return not self.remaining
 
-    def visit(self, writes: Iterable[WriteRow], seeds: Mapping[str, Typed]) -> None:
+    def visit(self, writes: Iterable[WriteRow], seeds: Mapping[str, StoredValue]) -> None:
         """Take one ancestor: its writes (``writes_sort_key`` order) and the values it stores.
 
         Args:
@@ -59,9 +59,9 @@ class DeltaWalk:
                 self._seeds[channel] = value
                 self.remaining.discard(channel)
 
-    def result(self) -> dict[str, tuple[Typed | None, list[WriteRow]]]:
+    def result(self) -> dict[str, tuple[StoredValue | None, list[WriteRow]]]:
         """Channel → (seed or None, writes oldest→newest)."""
-        out: dict[str, tuple[Typed | None, list[WriteRow]]] = {}
+        out: dict[str, tuple[StoredValue | None, list[WriteRow]]] = {}
         for channel in self.channels:
             ordered: list[WriteRow] = []
             for rows in reversed(self._collected[channel]):

@@ -61,8 +61,10 @@ __all__ = [
     "KIND_NS",
     "KIND_THREAD",
     "MAX_KEY",
+    "blob_base_key",
     "blob_key",
     "blob_prefix",
+    "blob_version_bytes",
     "checkpoint_key",
     "decode_blob_key",
     "decode_checkpoint_key",
@@ -306,6 +308,16 @@ def rethread(key: bytes, thread: int) -> bytes:
 def blob_prefix(thread: int, ns: int, channel: int) -> bytes:
     """Prefix of every blob of one channel in one (thread, ns)."""
     return _U64.pack(thread) + _U64.pack(ns) + _U64.pack(channel)
+
+
+def blob_version_bytes(key: bytes) -> bytes:
+    """The encoded version at the end of a blob key (a delta's reference to its base)."""
+    return key[24:]
+
+
+def blob_base_key(key: bytes, version_bytes: bytes) -> bytes:
+    """Key of another version of the same blob's (thread, ns, channel)."""
+    return key[:24] + version_bytes
 
 
 def blob_key(thread: int, ns: int, channel: int, version: str | int | float) -> bytes:

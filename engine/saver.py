@@ -21,22 +21,38 @@ import logging
 import os
 import random
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from deltalog.channels.replay import ChannelSource, delta_channels, replay_history
 from deltalog.engine import keys
+from deltalog.engine.cache import DecodedCache
 from deltalog.engine.codec import RecordCodec
 from deltalog.engine.core import Node, Plan, plan_delete, plan_keep
 from deltalog.engine.errors import ConfigError, DeltaChainError, DeltaLogError, InvalidInputError
 from deltalog.engine.reports import CompactReport, CopyReport, Problem, RemovalReport, VerifyReport
 from deltalog.engine.store import Store, WriteTxn
-from deltalog.engine.store_rows import BlobRow, CheckpointRow, ThreadSummary, Typed, WriteRow
+from deltalog.engine.store_rows import (
+    BlobRow,
+    CheckpointRow,
+    StoredValue,
+    ThreadSummary,
+    Typed,
+    WriteRow,
+)
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -84,6 +100,8 @@ class DeltaLogSaver(
         serde: Serializer for values, metadata and writes (LangGraph's
             ``JsonPlusSerializer`` by default, pickle fallback off).
         owns_store: Close the store when the saver closes.
+        cache_bytes: Memory for decoded channel values (seeds above all); 0
+            turns the cache off. Readers always get private copies.
     """
 
     def __init__(
@@ -92,10 +110,12 @@ class DeltaLogSaver(
         *,
         serde: SerializerProtocol | None = None,
         owns_store: bool = True,
+        cache_bytes: int = 64 * 1024**2,
     ) -> None:
         super().__init__(serde=serde)
         self.store = store
         self.owns_store = owns_store
+        self.cache = DecodedCache(cache_bytes)
         self._executor: ThreadPoolExecutor | None = None
 
     @classmethod
@@ -109,6 +129,7 @@ class DeltaLogSaver(
         max_map_size: int = 1024**4,
         compress_threshold: int | None = 512,
         group_commit: bool = True,
+        cache_bytes: int = 64 * 1024**2,
     ) -> DeltaLogSaver:
         """Open (or create) the store at ``path`` and return a saver over it.
 
@@ -122,6 +143,7 @@ class DeltaLogSaver(
             compress_threshold: Records at least this large are zstd-compressed;
                 None turns compression off.
             group_commit: Let concurrent writers share a commit.
+            cache_bytes: Memory for decoded channel values; 0 disables it.
 
         Returns:
             An open saver; use it as a context manager or call :meth:`close`.
@@ -134,7 +156,7 @@ class DeltaLogSaver(
             codec=RecordCodec(compress_threshold=compress_threshold),
             group_commit=group_commit,
         )
-        return cls(store, serde=serde)
+        return cls(store, serde=serde, cache_bytes=cache_bytes)
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -180,11 +202,30 @@ class DeltaLogSaver(
                 "serializable values or pass a serde that handles this type"
             ) from exc
 
+    def _load(self, value: StoredValue) -> Any:
+        """Decode a stored channel value through the cache (a private copy per caller)."""
+
+        def decode(record: bytes) -> Any:
+            return self.serde.loads_typed(value.typed)
+
+        return self.cache.load(value.record, decode, len(value.typed[1]))
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> DeltaLogSaver:
+        """A clone with a stricter msgpack allowlist and its own value cache.
+
+        The clone must not share the cache: values decoded under a looser
+        allowlist would otherwise reach it without passing its check.
+        """
+        clone = cast(DeltaLogSaver, super().with_allowlist(extra_allowlist))
+        if clone is not self:
+            clone.cache = DecodedCache(self.cache.max_bytes, self.cache.min_record)
+        return clone
+
     def _to_tuple(self, row: CheckpointRow) -> CheckpointTuple:
         loads = self.serde.loads_typed
         checkpoint: Checkpoint = loads(row.checkpoint)
         checkpoint["channel_versions"] = dict(row.channel_versions)
-        checkpoint["channel_values"] = {k: loads(v) for k, v in row.values.items()}
+        checkpoint["channel_values"] = {k: self._load(v) for k, v in row.values.items()}
         return CheckpointTuple(
             config=_config(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
             checkpoint=checkpoint,
@@ -345,7 +386,7 @@ class DeltaLogSaver(
                 "writes": [(w.task_id, w.channel, loads(w.value)) for w in writes]
             }
             if seed is not None:
-                entry["seed"] = loads(seed)
+                entry["seed"] = self._load(seed)
             result[channel] = entry
         return result
 

@@ -23,7 +23,10 @@ import contextlib
 import errno
 import logging
 import os
+import shutil
 import threading
+import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Literal, TypeVar
@@ -31,6 +34,7 @@ from typing import Any, Final, Generic, Literal, TypeVar
 import lmdb
 import ormsgpack
 from deltalog.engine import keys
+from deltalog.engine.cache import PayloadCache
 from deltalog.engine.codec import RecordCodec
 from deltalog.engine.core import DeltaWalk, Node, Plan, delta_chains
 from deltalog.engine.errors import (
@@ -46,6 +50,7 @@ from deltalog.engine.store_rows import (
     FLAG_HIDDEN,
     BlobRow,
     CheckpointRow,
+    StoredValue,
     ThreadSummary,
     Typed,
     Version,
@@ -69,6 +74,18 @@ _DBS: Final = ("meta", "names", "names_rev", "checkpoints", "writes", "blobs", "
 _UNSUPPORTED_FS: Final = frozenset(
     {"nfs", "nfs4", "cifs", "smb", "smb2", "smbfs", "9p", "fuse.sshfs", "afs"}
 )
+# How long fork() waits for this process's open transactions before giving up on
+# closing the environment for the child (see Store._close_for_fork).
+_FORK_WAIT: Final = 5.0
+# Free bytes under which a failed write is blamed on a full disk (see _out_of_space).
+_LOW_SPACE: Final = 1024**2
+# Blob values at least this large are stored as deltas of the channel's previous
+# version (smaller ones gain little and would lengthen chains for nothing).
+DELTA_MIN: Final = 4096
+# A full (keyframe) record every this many delta links: a cold read decodes at
+# most 8 links (about 0.6 ms each for a 1.3 MB message list here).
+KEYFRAME_EVERY: Final = 8
+
 # A walk that finds no seed after this many ancestors is reading a damaged chain.
 MAX_WALK: Final = 1_000_000
 
@@ -150,9 +167,28 @@ class _RWLock:
         try:
             yield
         finally:
-            with self._cond:
-                self._exclusive = False
-                self._cond.notify_all()
+            self.release_exclusive()
+
+    def try_exclusive(self, timeout: float) -> bool:
+        """Take the exclusive side within ``timeout`` seconds; False (and nothing held) if not."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._exclusive:
+                if not self._cond.wait(deadline - time.monotonic()):
+                    return False
+            self._exclusive = True
+            while self._readers:
+                if not self._cond.wait(deadline - time.monotonic()):
+                    self._exclusive = False
+                    self._cond.notify_all()
+                    return False
+            return True
+
+    def release_exclusive(self) -> None:
+        """Give up the exclusive side."""
+        with self._cond:
+            self._exclusive = False
+            self._cond.notify_all()
 
 
 class _Request(Generic[T]):
@@ -286,24 +322,48 @@ class ReadTxn:
         raw = self.txn.get(key, db=self.dbs.checkpoints)
         if raw is None:
             return None
-        row = self._decode_checkpoint(t, n, key, raw)
-        if with_values:
-            row.values = self.blobs(t, n, row.channel_versions)
-        if with_writes:
-            row.writes = self.writes(key)
+        try:
+            row = self._decode_checkpoint(t, n, key, raw)
+            if with_values:
+                row.values = self.blobs(t, n, row.channel_versions)
+            if with_writes:
+                row.writes = self.writes(key)
+        except CorruptRecordError as exc:
+            cid = checkpoint_id or f"key {key.hex()}"
+            with contextlib.suppress(Exception):
+                cid = keys.decode_checkpoint_key(key)[2]
+            raise self._damaged(t, n, cid, exc) from exc
         return row
 
-    def blobs(self, t: int, n: int, versions: dict[str, Version]) -> dict[str, Typed]:
+    def _damaged(
+        self, t: int, n: int, checkpoint_id: str, exc: Exception, needed_by: str | None = None
+    ) -> CorruptRecordError:
+        """A decode failure restated with the checkpoint (and thread) it damages."""
+        try:
+            where = (
+                f"thread {self.name_of(keys.KIND_THREAD, t)!r}, "
+                f"checkpoint_ns {self.name_of(keys.KIND_NS, n)!r}"
+            )
+        except CorruptRecordError:
+            where = f"thread #{t}, checkpoint_ns #{n}"
+        why = "" if needed_by is None else f", an ancestor needed to rebuild {needed_by!r},"
+        return CorruptRecordError(f"checkpoint {checkpoint_id!r} of {where}{why} is damaged: {exc}")
+
+    def blobs(self, t: int, n: int, versions: dict[str, Version]) -> dict[str, StoredValue]:
         """Stored values of the given channel versions (empty versions are absent)."""
-        out: dict[str, Typed] = {}
+        out: dict[str, StoredValue] = {}
         for channel, version in versions.items():
             value = self.blob(t, n, channel, version)
             if value is not None:
                 out[channel] = value
         return out
 
-    def blob(self, t: int, n: int, channel: str, version: Version) -> Typed | None:
-        """One stored channel value, or None if that version stored nothing."""
+    def blob(self, t: int, n: int, channel: str, version: Version) -> StoredValue | None:
+        """One stored channel value, still encoded, or None if that version stored nothing.
+
+        The record is decoded by the caller (through a cache of decoded values),
+        so a value read again costs no deserialization.
+        """
         c = self.name_id(keys.KIND_CHANNEL, channel)
         if c is None:
             return None
@@ -311,8 +371,39 @@ class ReadTxn:
         raw = self.txn.get(key, db=self.dbs.blobs)
         if raw is None:
             return None
-        rec = self.codec.decode(raw, f"blobs/{key.hex()}")
-        return rec[0], rec[1]
+        return StoredValue(raw, f"blobs/{key.hex()}", self.blob_typed(key, raw))
+
+    def blob_typed(self, key: bytes, raw: bytes, links: int = 0) -> Typed:
+        """The ``(type, payload)`` of a blob record, resolving delta links to the keyframe.
+
+        Resolved payloads of large records are kept in the store's payload LRU
+        (keyed by the record bytes), so the newest version — usually a delta of
+        the one read before — costs one dictionary decompression, not a chain.
+        """
+        hit = self.store.payloads.get(raw)
+        if hit is not None:
+            return hit
+        where = f"blobs/{key.hex()}"
+        info = self.codec.delta_info(raw, where)
+        if info is None:
+            rec = self.codec.decode(raw, where)
+            typed: Typed = (rec[0], rec[1])
+        else:
+            base_ref, _ = info
+            base_key = keys.blob_base_key(key, base_ref)
+            base_raw = self.txn.get(base_key, db=self.dbs.blobs)
+            if base_raw is None or links >= KEYFRAME_EVERY:
+                raise CorruptRecordError(
+                    f"record {where} is a delta of blobs/{base_key.hex()}, which is "
+                    f"{'missing' if base_raw is None else 'too many links away'}; run "
+                    "`deltalog verify` and restore from a backup"
+                )
+            base = self.blob_typed(base_key, base_raw, links + 1)
+            rec = self.codec.decode_delta(raw, base[1], where)
+            typed = (rec[0], rec[1])
+        if len(typed[1]) >= DELTA_MIN:
+            self.store.payloads.put(raw, typed)
+        return typed
 
     def writes(
         self, checkpoint_key: bytes, channels: dict[bytes, str] | None = None
@@ -351,7 +442,7 @@ class ReadTxn:
 
     def delta_history(
         self, t: int, n: int, checkpoint_id: str | None, channels: Sequence[str]
-    ) -> dict[str, tuple[Typed | None, list[WriteRow]]]:
+    ) -> dict[str, tuple[StoredValue | None, list[WriteRow]]]:
         """Seed and writes of each channel back from a checkpoint (R6).
 
         Runs inside this one read transaction. Cost: one record decode and one
@@ -365,7 +456,10 @@ class ReadTxn:
             if key is None:
                 return walk.result()
             checkpoint_id = keys.decode_checkpoint_key(key)[2]
-        env = self.envelope(t, n, checkpoint_id)
+        try:
+            env = self.envelope(t, n, checkpoint_id)
+        except CorruptRecordError as exc:
+            raise self._damaged(t, n, checkpoint_id, exc) from exc
         if env is None:
             return walk.result()
         ids = {c: self.name_id(keys.KIND_CHANNEL, c) for c in channels}
@@ -382,19 +476,22 @@ class ReadTxn:
             raw = self.txn.get(key, db=self.dbs.checkpoints)
             if raw is None:
                 break
-            rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
-            parent, versions = rec[0], rec[1]
-            seeds: dict[str, Typed] = {}
-            for channel in walk.remaining:
-                version = versions.get(channel)
-                if version is not None and ids[channel] is not None:
-                    value = self.blob(t, n, channel, version)
-                    if value is not None:
-                        seeds[channel] = value
-            wanted = {
-                keys.u64(i): c for c, i in ids.items() if i is not None and c in walk.remaining
-            }
-            walk.visit(self.writes(key, wanted) if wanted else (), seeds)
+            try:
+                rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
+                parent, versions = rec[0], rec[1]
+                seeds: dict[str, StoredValue] = {}
+                for channel in walk.remaining:
+                    version = versions.get(channel)
+                    if version is not None and ids[channel] is not None:
+                        value = self.blob(t, n, channel, version)
+                        if value is not None:
+                            seeds[channel] = value
+                wanted = {
+                    keys.u64(i): c for c, i in ids.items() if i is not None and c in walk.remaining
+                }
+                walk.visit(self.writes(key, wanted) if wanted else (), seeds)
+            except CorruptRecordError as exc:
+                raise self._damaged(t, n, cursor, exc, needed_by=checkpoint_id) from exc
             cursor = parent
         return walk.result()
 
@@ -519,7 +616,7 @@ class ReadTxn:
             key, raw = cur.key(), cur.value()
             found.records += 1
             try:
-                self.codec.decode(raw, f"blobs/{key.hex()}")
+                self.blob_typed(key, raw)
             except Exception as exc:
                 found.problems.append(("undecodable", "error", None, str(exc)))
             if key not in referenced:
@@ -678,7 +775,7 @@ class ReadTxn:
         while ok and cur.key().startswith(prefix):
             key = cur.key()
             _, n, c, version = keys.decode_blob_key(key)
-            rec = self.codec.decode(cur.value(), f"blobs/{key.hex()}")
+            rec = self.blob_typed(key, cur.value())
             yield {
                 "kind": "blob",
                 "thread_id": thread_id,
@@ -827,6 +924,61 @@ class WriteTxn(ReadTxn):
         self.new_names[(kind, name)] = name_id
         return name_id
 
+    def put_blob(self, t: int, n: int, channel: str, version: Version, typed: Typed) -> None:
+        """Store one channel value unless that version is already stored (first writer wins).
+
+        Values of at least ``DELTA_MIN`` bytes are stored as a zstd delta against
+        the channel's previous stored version in this (thread, ns) — so a
+        snapshot or a growing message list costs about what is new since the
+        last one — with a full record every ``KEYFRAME_EVERY`` links.
+        """
+        c = self.intern(keys.KIND_CHANNEL, channel)
+        key = keys.blob_key(t, n, c, version)
+        cur = self.txn.cursor(db=self.dbs.blobs)
+        if cur.set_key(key):
+            return
+        record: bytes | None = None
+        if self.store.delta_blobs and len(typed[1]) >= DELTA_MIN:
+            prefix = keys.blob_prefix(t, n, c)
+            found = cur.prev() if cur.set_range(key) else cur.last()
+            if found and cur.key().startswith(prefix):
+                base_key, base_raw = cur.key(), cur.value()
+                info = self.codec.delta_info(base_raw, f"blobs/{base_key.hex()}")
+                depth = 0 if info is None else info[1]
+                if depth + 1 < KEYFRAME_EVERY:
+                    base = self.blob_typed(base_key, base_raw)
+                    if base[0] == typed[0] and len(base[1]) >= DELTA_MIN // 4:
+                        record = self.codec.encode_delta(
+                            typed, base[1], keys.blob_version_bytes(base_key), depth + 1
+                        )
+        if record is None:
+            record = self.codec.encode(list(typed))
+        self.txn.put(key, record, db=self.dbs.blobs)
+        if len(typed[1]) >= DELTA_MIN:
+            self.store.payloads.put(record, typed)
+
+    def rebase_dependents(self, t: int, n: int, doomed: set[bytes]) -> int:
+        """Rewrite as full records the surviving blobs whose delta base is about to go.
+
+        Called before unreferenced blobs are deleted, so no survivor is left
+        pointing at a missing base. Returns how many were rewritten.
+        """
+        prefix = keys.ns_prefix(t, n)
+        rewrite: list[tuple[bytes, Typed]] = []
+        cur = self.txn.cursor(db=self.dbs.blobs)
+        ok = cur.set_range(prefix)
+        while ok and cur.key().startswith(prefix):
+            key, raw = cur.key(), cur.value()
+            if key not in doomed:
+                info = self.codec.delta_info(raw, f"blobs/{key.hex()}")
+                if info is not None and keys.blob_base_key(key, info[0]) in doomed:
+                    rewrite.append((key, self.blob_typed(key, raw)))
+            ok = cur.next()
+        # Children of rewritten blobs now read through a keyframe: still valid.
+        for key, typed in rewrite:
+            self.txn.put(key, self.codec.encode(list(typed)), db=self.dbs.blobs)
+        return len(rewrite)
+
     def set_meta(self, name: str, value: Any) -> None:
         """Set a value of the ``meta`` database."""
         self.txn.put(name.encode("ascii"), ormsgpack.packb(value), db=self.dbs.meta)
@@ -857,13 +1009,7 @@ class WriteTxn(ReadTxn):
         t = self.intern(keys.KIND_THREAD, thread_id)
         n = self.intern(keys.KIND_NS, checkpoint_ns)
         for blob in blobs:
-            c = self.intern(keys.KIND_CHANNEL, blob.channel)
-            self.txn.put(
-                keys.blob_key(t, n, c, blob.version),
-                self.codec.encode(list(blob.value)),
-                overwrite=False,
-                db=self.dbs.blobs,
-            )
+            self.put_blob(t, n, blob.channel, blob.version, blob.value)
         key = keys.checkpoint_key(t, n, cid)
         old = self.txn.get(key, db=self.dbs.checkpoints)
         if old is not None:
@@ -945,13 +1091,7 @@ class WriteTxn(ReadTxn):
         """
         removed = self.measure(t, n, plan, versions)
         for _, blob in seeds:
-            c = self.intern(keys.KIND_CHANNEL, blob.channel)
-            self.txn.put(
-                keys.blob_key(t, n, c, blob.version),
-                self.codec.encode(list(blob.value)),
-                overwrite=False,
-                db=self.dbs.blobs,
-            )
+            self.put_blob(t, n, blob.channel, blob.version, blob.value)
         for cid in plan.delete:
             self.delete_checkpoint(t, n, cid, runs.get(cid))
         for cid in (plan.hide | plan.unhide | set(plan.relink)) - plan.delete:
@@ -970,7 +1110,9 @@ class WriteTxn(ReadTxn):
         keep = self.referenced_blob_keys(
             t, n, (v for c, v in versions.items() if c not in plan.delete)
         )
-        for key in self.orphan_blob_keys(t, n, keep):
+        doomed = set(self.orphan_blob_keys(t, n, keep))
+        self.rebase_dependents(t, n, doomed)
+        for key in doomed:
             self.txn.delete(key, db=self.dbs.blobs)
         removed["seeds"] = len(seeds)
         removed["hidden"] = len(plan.hide)
@@ -1074,12 +1216,8 @@ class WriteTxn(ReadTxn):
                 elif kind == "blob":
                     t = self.intern(keys.KIND_THREAD, thread_id)
                     n = self.intern(keys.KIND_NS, ns)
-                    c = self.intern(keys.KIND_CHANNEL, rec["channel"])
-                    self.txn.put(
-                        keys.blob_key(t, n, c, rec["version"]),
-                        self.codec.encode([rec["value"][0], rec["value"][1]]),
-                        db=self.dbs.blobs,
-                    )
+                    value = (rec["value"][0], rec["value"][1])
+                    self.put_blob(t, n, rec["channel"], rec["version"], value)
                 elif kind == "write":
                     self.put_writes(
                         thread_id,
@@ -1139,6 +1277,8 @@ class Store:
         group_commit: Concurrent writers share one transaction and one fsync.
         readonly: Open without write access (inspection).
         max_readers: LMDB reader slots (concurrent read transactions, all processes).
+        delta_blobs: Store large channel values as deltas of their previous
+            version (see :meth:`WriteTxn.put_blob`).
     """
 
     def __init__(
@@ -1152,6 +1292,7 @@ class Store:
         group_commit: bool = True,
         readonly: bool = False,
         max_readers: int = 126,
+        delta_blobs: bool = True,
     ) -> None:
         if map_size <= 0 or max_map_size < map_size:
             raise ValueError(
@@ -1166,22 +1307,34 @@ class Store:
         self.group_commit = group_commit
         self.readonly = readonly
         self.max_readers = max_readers
+        self.delta_blobs = delta_blobs
+        self.payloads = PayloadCache()
         self._name_ids: dict[tuple[bytes, str], int] = {}
         self._names: dict[tuple[bytes, int], str] = {}
         self._closed = False
-        self._abandoned: list[Any] = []
         self._open()
 
     # -- life cycle ---------------------------------------------------------------
 
     def _open(self) -> None:
         self._pid = os.getpid()
+        self._closed_for_fork = False
         self._rw = _RWLock()
         self._write_lock = threading.Lock()
         self._queue_lock = threading.Lock()
         self._queue: list[_Request[Any]] = []
+        self._open_env()
+        _LIVE_STORES.add(self)
+
+    def _open_env(self) -> None:
         if not self.readonly:
-            os.makedirs(self.path, mode=0o700, exist_ok=True)
+            try:
+                os.makedirs(self.path, mode=0o700, exist_ok=True)
+            except OSError as exc:  # e.g. the path is a file, or not writable
+                raise StoreOpenError(
+                    f"cannot use {self.path!r} as a store folder ({exc}); a store is a folder "
+                    "holding data.mdb and lock.mdb: pass a new or existing folder path"
+                ) from exc
         elif not os.path.isdir(self.path):
             raise StoreOpenError(f"no deltalog store at {self.path!r}; check the path")
         _refuse_network_fs(self.path)
@@ -1205,6 +1358,17 @@ class Store:
                 f"cannot open LMDB store at {self.path!r} ({type(exc).__name__}: {exc}); "
                 "is it a deltalog store on a local disk?"
             ) from exc
+        # A data file shorter than the pages its meta page claims (truncated by a
+        # bad copy or restore) would raise SIGBUS on the first read past its end,
+        # killing the interpreter: refuse it. Size is read after the meta, so a
+        # concurrent writer can only make the file look longer, never shorter.
+        used = (self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"]
+        if os.path.getsize(data) < used:
+            self.env.close()
+            raise StoreOpenError(
+                f"{data!r} is truncated: {os.path.getsize(data)} bytes, but its pages reach "
+                f"{used} bytes; restore the store from a backup"
+            )
         stale = self.env.reader_check()
         if stale:
             logger.info("cleared %d stale LMDB reader slots in %s", stale, self.path)
@@ -1252,17 +1416,51 @@ class Store:
         if self._closed:
             raise DeltaLogError(f"store {self.path!r} is closed; open a new saver")
         if os.getpid() != self._pid:
-            # An environment inherited over fork() must not be used (or closed:
-            # closing would release the parent's locks). Keep a reference so it
-            # is never garbage-collected, and open a fresh one.
-            self._abandoned.append(self.env)
+            if not self._closed_for_fork:
+                raise DeltaLogError(
+                    f"store {self.path!r} was inherited over fork() while a transaction "
+                    f"stayed open for over {_FORK_WAIT}s, so this child cannot reopen it; "
+                    "fork when no read or write is in progress, or open the store after fork()"
+                )
             self._open()
+
+    def _close_for_fork(self) -> None:
+        """Before fork(): wait for this process's transactions, then close the environment.
+
+        A child must neither use nor close an environment it inherits: closing
+        frees reader slots the parent still holds (so a writer may reuse pages
+        the parent is reading), and py-lmdb refuses to open the same files
+        twice in one process. Closed here, with no transaction open, nothing is
+        inherited: the parent reopens at once (:meth:`_reopen_after_fork`), the
+        child on first use (:meth:`_check_pid`). Gives up after ``_FORK_WAIT``.
+        """
+        if self._closed or os.getpid() != self._pid:
+            return
+        if not self._write_lock.acquire(timeout=_FORK_WAIT):
+            return
+        if not self._rw.try_exclusive(_FORK_WAIT):
+            self._write_lock.release()
+            return
+        self.env.close()
+        self._closed_for_fork = True
+
+    def _reopen_after_fork(self) -> None:
+        """In the parent after fork(): reopen what :meth:`_close_for_fork` closed."""
+        if not self._closed_for_fork:
+            return
+        try:
+            self._open_env()
+        finally:
+            self._closed_for_fork = False
+            self._rw.release_exclusive()
+            self._write_lock.release()
 
     def close(self) -> None:
         """Close the environment. Idempotent."""
         if self._closed:
             return
         self._closed = True
+        _LIVE_STORES.discard(self)
         if os.getpid() == self._pid:
             with self._write_lock, self._rw.exclusive():
                 self.env.close()
@@ -1282,6 +1480,11 @@ class Store:
                 self._rw.acquire_read() if not write else None
             return self.env.begin(write=write)
         except lmdb.ReadersFullError as exc:
+            # Slots of killed processes stay taken until someone checks; a
+            # long-lived process would otherwise be locked out until restart.
+            if self.env.reader_check():
+                with contextlib.suppress(lmdb.ReadersFullError):
+                    return self.env.begin(write=write)
             raise DeltaLogError(
                 f"all {self.max_readers} LMDB reader slots of {self.path!r} are in use; "
                 "raise max_readers or close idle processes"
@@ -1480,6 +1683,23 @@ class Store:
         return getattr(self._dbs, name)
 
 
+_LIVE_STORES: weakref.WeakSet[Store] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    for store in list(_LIVE_STORES):
+        store._close_for_fork()
+
+
+def _after_fork_in_parent() -> None:
+    for store in list(_LIVE_STORES):
+        store._reopen_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
+
+
 def _prefix_end(prefix: bytes) -> bytes:
     """The smallest key greater than every key that starts with ``prefix``."""
     stripped = prefix.rstrip(b"\xff")
@@ -1493,15 +1713,11 @@ def _translate(exc: BaseException, path: str) -> BaseException:
         return exc
     if isinstance(exc, lmdb.MapFullError):
         return StoreFullError(f"store {path!r} is full; raise max_map_size, prune or compact")
-    if isinstance(exc, (lmdb.DiskError, OSError)) or (
-        isinstance(exc, lmdb.Error) and "No space left" in str(exc)
-    ):
-        code = getattr(exc, "errno", None)
-        if code == errno.ENOSPC or "No space" in str(exc):
-            return StoreFullError(
-                f"the disk under {path!r} is full; nothing of this write was stored. Free "
-                "space, then retry"
-            )
+    if isinstance(exc, (lmdb.Error, OSError)) and _out_of_space(exc, path):
+        return StoreFullError(
+            f"the disk under {path!r} is full (or the data file hit the process's file size "
+            "limit); nothing of this write was stored. Free space, then retry"
+        )
     if isinstance(exc, (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError)):
         return CorruptRecordError(
             f"LMDB reports a damaged store at {path!r} ({type(exc).__name__}: {exc}); restore "
@@ -1510,6 +1726,33 @@ def _translate(exc: BaseException, path: str) -> BaseException:
     if isinstance(exc, lmdb.Error):
         return DeltaLogError(f"LMDB error on {path!r}: {type(exc).__name__}: {exc}")
     return exc
+
+
+def _out_of_space(exc: BaseException, path: str) -> bool:
+    """True when a failed write means the disk (or the file size limit) is full.
+
+    LMDB reports a short write -- what a full disk or ``ulimit -f`` gives it in
+    the middle of a commit -- as EIO, not ENOSPC, so an I/O error counts as
+    "full" when the disk has under ``_LOW_SPACE`` bytes left or the data file
+    sits at the RLIMIT_FSIZE limit.
+    """
+    code = getattr(exc, "errno", None)
+    if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or "No space left" in str(exc):
+        return True
+    if code != errno.EIO and "Input/output error" not in str(exc):
+        return False
+    try:
+        if shutil.disk_usage(path).free < _LOW_SPACE:
+            return True
+        size = os.path.getsize(os.path.join(path, "data.mdb"))
+    except OSError:
+        return False
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return False
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return limit != resource.RLIM_INFINITY and size + _LOW_SPACE > limit
 
 
 def _refuse_network_fs(path: str) -> None:

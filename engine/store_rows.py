@@ -34,6 +34,15 @@ class WriteRow(NamedTuple):
     idx: int
 
 
+class StoredValue(NamedTuple):
+    """A channel value as stored: the record (the key of decoded-value caches),
+    where it lives (for errors) and its resolved ``(type, payload)``."""
+
+    record: builtins.bytes
+    where: str
+    typed: Typed
+
+
 class BlobRow(NamedTuple):
     """One stored channel value (still serialized)."""
 
@@ -55,7 +64,7 @@ class CheckpointRow:
     metadata: Typed
     flags: int
     run_id: str | None
-    values: dict[str, Typed] = field(default_factory=dict)
+    values: dict[str, StoredValue] = field(default_factory=dict)
     writes: list[WriteRow] = field(default_factory=list)
 
     @property

@@ -7,6 +7,7 @@ transcripts of two savers are equal exactly when they behave the same.
 """
 
 import operator
+import random
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
@@ -23,17 +24,32 @@ from typing_extensions import TypedDict
 Transcript = list[Any]
 
 
+_WORDS = (
+    "the a checkpoint thread graph node message reply state delta channel seed write "
+    "history fork prune copy store value version snapshot replay reducer batch turn "
+    "agent tool call result user model token stream latency storage bytes page map"
+).split()
+
+
+def varied_text(seed: int, words: int) -> str:
+    """Deterministic text that compresses like prose, not like a repeated phrase."""
+    rng = random.Random(seed)
+    return " ".join(rng.choice(_WORDS) + str(rng.randrange(100)) for _ in range(words))
+
+
 def human(turn: int, text: str = "") -> HumanMessage:
-    """A human message with a deterministic id."""
-    return HumanMessage(content=text or f"question {turn}: " + "lorem ipsum " * 25, id=f"h-{turn}")
+    """A human message (~300 characters) with a deterministic id."""
+    return HumanMessage(
+        content=text or f"question {turn}: " + varied_text(turn, 40), id=f"h-{turn}"
+    )
 
 
 def reply_to(messages: list[BaseMessage]) -> AIMessage:
-    """A deterministic fake model: the reply depends only on the conversation."""
+    """A deterministic fake model (~600 characters): the reply depends only on the conversation."""
     n = len(messages)
     last = messages[-1].content if messages else ""
     return AIMessage(
-        content=f"answer {n} to [{str(last)[:40]}] " + "dolor sit amet " * 40, id=f"a-{n}"
+        content=f"answer {n} to [{str(last)[:40]}] " + varied_text(-n, 75), id=f"a-{n}"
     )
 
 

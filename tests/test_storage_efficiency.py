@@ -1,0 +1,133 @@
+"""Delta-compressed blobs and the decoded-value cache: smaller, faster, never different (R3, R7)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from deltalog.engine import DeltaLogSaver
+from deltalog.engine.codec import TAG_DELTA
+from deltalog.engine.store import DELTA_MIN, KEYFRAME_EVERY
+
+from .graphs import cfg, chat_graph, history, human, observe
+
+
+def run(saver: Any, turns: int, sf: int | None, thread_id: str = "t") -> Any:
+    graph = chat_graph(sf).compile(checkpointer=saver)
+    for turn in range(turns):
+        graph.invoke({"messages": [human(turn)]}, cfg(thread_id))
+    return graph
+
+
+def test_growing_values_are_stored_as_deltas(make_saver: Callable[..., DeltaLogSaver]) -> None:
+    """R3: large successive versions of a growing add_messages list are deltas, with keyframes."""
+    saver = make_saver()
+    run(saver, 30, None)
+    large: list[int] = []
+    with saver.store.read() as r:
+        for key, raw in saver.store.iter_db("blobs"):
+            if len(r.blob_typed(key, raw)[1]) >= DELTA_MIN:
+                large.append(raw[0])
+    assert large.count(TAG_DELTA) >= len(large) * (KEYFRAME_EVERY - 2) // KEYFRAME_EVERY
+    assert large.count(TAG_DELTA) < len(large), "keyframes must break the chains"
+
+
+def test_delta_blobs_shrink_storage_and_keep_states(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """The same program stores far fewer bytes with delta blobs and reads identical history."""
+    with_deltas = make_saver()
+    graph = run(with_deltas, 25, None)
+    from deltalog.engine.store import Store
+
+    plain_store = Store(with_deltas.store.path + "-plain", delta_blobs=False)
+    plain = DeltaLogSaver(plain_store)
+    try:
+        plain_graph = run(plain, 25, None)
+        assert history(graph, cfg("t")) == history(plain_graph, cfg("t"))
+        stored = [sum(len(v) for _, v in x.store.iter_db("blobs")) for x in (with_deltas, plain)]
+        assert stored[0] * 2 < stored[1], stored
+    finally:
+        plain.close()
+    reference = run(InMemorySaver(), 25, None)
+    assert history(graph, cfg("t")) == history(reference, cfg("t"))
+
+
+def test_cold_reads_resolve_chains_up_to_the_keyframe(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """A fresh process (empty caches) reads every version exactly; no chain exceeds the keyframe interval."""
+    saver = make_saver()
+    graph = run(saver, 3 * KEYFRAME_EVERY, None)
+    before = history(graph, cfg("t"))
+    path = saver.store.path
+    saver.close()
+    with DeltaLogSaver.from_path(path) as fresh:
+        assert history(chat_graph(None).compile(checkpointer=fresh), cfg("t")) == before
+        with fresh.store.read() as r:
+            for key, raw in fresh.store.iter_db("blobs"):
+                info = fresh.store.codec.delta_info(raw, "test")
+                assert info is None or info[1] < KEYFRAME_EVERY
+                r.blob_typed(key, raw)
+
+
+@pytest.mark.parametrize("sf", [None, 3])
+def test_prune_rebases_deltas_whose_base_goes(
+    sf: int | None, make_saver: Callable[..., DeltaLogSaver]
+) -> None:
+    """R7: pruning deletes delta bases; survivors are rewritten so every kept state reads the same."""
+    saver = make_saver()
+    graph = run(saver, 20, sf)
+    latest = observe(graph.get_state(cfg("t")))
+    saver.prune(["t"], reducers=graph if sf else None)
+    assert saver.verify().ok
+    path = saver.store.path
+    saver.close()
+    with DeltaLogSaver.from_path(path) as fresh:
+        fresh_graph = chat_graph(sf).compile(checkpointer=fresh)
+        after = observe(fresh_graph.get_state(cfg("t")))
+        assert (after["values"], after["next"]) == (latest["values"], latest["next"])
+        assert fresh.verify(deep=True).ok
+
+
+def test_mutating_a_returned_state_does_not_change_the_next_read(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """The decoded-value cache hands out copies: mutating one returned state cannot leak."""
+    saver = make_saver()
+    graph = run(saver, 12, 3)
+    first = graph.get_state(cfg("t")).values["messages"]
+    expected = [(m.id, m.content) for m in first]
+    first[0].content = "MUTATED"
+    first.append(AIMessage(content="injected", id="x"))
+    first[1].additional_kwargs["leak"] = True
+    again = graph.get_state(cfg("t")).values["messages"]
+    assert [(m.id, m.content) for m in again] == expected
+    assert "leak" not in again[1].additional_kwargs
+    assert saver.cache.hits > 0, "the second read should have been served by the cache"
+    tup = saver.get_tuple(cfg("t"))
+    assert tup is not None
+    seeds = [v for v in tup.checkpoint["channel_values"].values() if hasattr(v, "value")]
+    for seed in seeds:
+        seed.value.clear()
+    tup2 = saver.get_tuple(cfg("t"))
+    assert tup2 is not None
+    assert all(v.value for v in tup2.checkpoint["channel_values"].values() if hasattr(v, "value"))
+
+
+def test_cache_disabled_gives_same_results(make_saver: Callable[..., DeltaLogSaver]) -> None:
+    """cache_bytes=0 turns the cache off and changes no result."""
+    cached, uncached = make_saver(), make_saver(cache_bytes=0)
+    assert history(run(cached, 8, 3), cfg("t")) == history(run(uncached, 8, 3), cfg("t"))
+    assert uncached.cache.hits == 0
+
+
+def test_allowlist_clone_has_its_own_cache(make_saver: Callable[..., DeltaLogSaver]) -> None:
+    """with_allowlist gives the clone a separate cache (values must pass its own allowlist)."""
+    saver = make_saver()
+    clone = saver.with_allowlist([("some", "module", "Type")])
+    assert clone is saver or clone.cache is not saver.cache
