@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DecodedCache", "PayloadCache"]
+__all__ = ["DecodedCache", "EnvelopeCache", "PayloadCache"]
 
 
 class DecodedCache:
@@ -127,3 +127,30 @@ class PayloadCache:
             while self.size > self.max_bytes:
                 old, value = self._entries.popitem(last=False)
                 self.size -= len(old) + len(value[1])
+
+
+class EnvelopeCache:
+    """Parent id and channel versions of checkpoint records, keyed by the record bytes.
+
+    The delta walk needs only these two fields of each ancestor; decoding the
+    whole record (CRC, zstd, msgpack) costs several µs an ancestor, a dict
+    lookup well under one. Keyed by the record itself, so a rewritten record
+    (hidden, re-linked) is a miss, never stale. The versions dict is shared:
+    callers only read it. Cleared wholesale when full (entries are cheap to
+    rebuild and a walk touches consecutive ancestors).
+    """
+
+    def __init__(self, max_entries: int = 50_000) -> None:
+        self.max_entries = max_entries
+        self._entries: dict[bytes, tuple[Any, Any]] = {}
+
+    def get(self, record: bytes) -> tuple[Any, Any] | None:
+        """The cached (parent, versions) of ``record``."""
+        return self._entries.get(record)
+
+    def put(self, record: bytes, envelope: tuple[Any, Any]) -> tuple[Any, Any]:
+        """Remember ``envelope`` for ``record``; return it."""
+        if len(self._entries) >= self.max_entries:
+            self._entries.clear()
+        self._entries[record] = envelope
+        return envelope

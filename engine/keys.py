@@ -48,6 +48,7 @@ contiguous and in version order; nothing here depends on the serializer.
 from __future__ import annotations
 
 import hashlib
+import re
 import struct
 import uuid
 from typing import Final
@@ -106,6 +107,11 @@ _VER_INT: Final = 0x01
 _VER_FLOAT: Final = 0x02
 _VER_STR: Final = 0x03
 
+_UUID_TAG: Final = bytes((_ID_UUID,))
+# Only the canonical form (lowercase, hyphenated) maps to 16 bytes, so decoding
+# returns exactly the string that was given.
+_CANONICAL_UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
 
@@ -153,15 +159,11 @@ def encode_id(checkpoint_id: str) -> bytes:
             "pass the id as a string"
         )
     n = len(checkpoint_id)
-    if n == 36:
-        try:
-            u = uuid.UUID(checkpoint_id)
-        except ValueError:
-            pass
-        else:
-            if str(u) == checkpoint_id:
-                return bytes((_ID_UUID,)) + u.bytes
-    elif n == 26:
+    # The regex + fromhex fast path costs ~0.5 µs against ~5 µs for uuid.UUID
+    # and str() round-trip; the delta walk encodes one id per ancestor.
+    if n == 36 and _CANONICAL_UUID.match(checkpoint_id):
+        return _UUID_TAG + bytes.fromhex(checkpoint_id.replace("-", ""))
+    if n == 26:
         try:
             ul = ULID.from_str(checkpoint_id)
         except ValueError:
@@ -183,7 +185,8 @@ def decode_id(buf: bytes, pos: int) -> tuple[str, int]:
     """Decode an ``id`` field starting at ``pos``."""
     tag = buf[pos]
     if tag == _ID_UUID:
-        return str(uuid.UUID(bytes=bytes(buf[pos + 1 : pos + 17]))), pos + 17
+        h = bytes(buf[pos + 1 : pos + 17]).hex()
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}", pos + 17
     if tag == _ID_ULID:
         return str(ULID.from_bytes(bytes(buf[pos + 1 : pos + 17]))), pos + 17
     if tag == _ID_STR:

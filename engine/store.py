@@ -34,7 +34,7 @@ from typing import Any, Final, Generic, Literal, TypeVar
 import lmdb
 import ormsgpack
 from deltalog.engine import keys
-from deltalog.engine.cache import PayloadCache
+from deltalog.engine.cache import EnvelopeCache, PayloadCache
 from deltalog.engine.codec import RecordCodec
 from deltalog.engine.core import DeltaWalk, Node, Plan, delta_chains
 from deltalog.engine.errors import (
@@ -463,6 +463,8 @@ class ReadTxn:
         if env is None:
             return walk.result()
         ids = {c: self.name_id(keys.KIND_CHANNEL, c) for c in channels}
+        wanted = {keys.u64(i): c for c, i in ids.items() if i is not None}
+        envelopes = self.store.envelopes
         cursor = env[0]
         steps = 0
         while cursor is not None and not walk.done:
@@ -477,8 +479,11 @@ class ReadTxn:
             if raw is None:
                 break
             try:
-                rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
-                parent, versions = rec[0], rec[1]
+                cached = envelopes.get(raw)
+                if cached is None:
+                    rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
+                    cached = envelopes.put(raw, (rec[0], rec[1]))
+                parent, versions = cached
                 seeds: dict[str, StoredValue] = {}
                 for channel in walk.remaining:
                     version = versions.get(channel)
@@ -486,10 +491,9 @@ class ReadTxn:
                         value = self.blob(t, n, channel, version)
                         if value is not None:
                             seeds[channel] = value
-                wanted = {
-                    keys.u64(i): c for c, i in ids.items() if i is not None and c in walk.remaining
-                }
                 walk.visit(self.writes(key, wanted) if wanted else (), seeds)
+                if seeds:
+                    wanted = {b: c for b, c in wanted.items() if c in walk.remaining}
             except CorruptRecordError as exc:
                 raise self._damaged(t, n, cursor, exc, needed_by=checkpoint_id) from exc
             cursor = parent
@@ -1309,6 +1313,7 @@ class Store:
         self.max_readers = max_readers
         self.delta_blobs = delta_blobs
         self.payloads = PayloadCache()
+        self.envelopes = EnvelopeCache()
         self._name_ids: dict[tuple[bytes, str], int] = {}
         self._names: dict[tuple[bytes, int], str] = {}
         self._closed = False
