@@ -584,8 +584,13 @@ class DeltaLogSaver(
 
         Raises:
             ThreadExistsError: The target already has checkpoints (no merge).
+            InvalidInputError: Source and target are the same thread.
         """
         src, dst = _thread_id(source_thread_id), _thread_id(target_thread_id)
+        if src == dst:
+            raise InvalidInputError(
+                f"copy_thread: source and target are both {src!r}; pick a new thread_id"
+            )
         counts = self.store.write(lambda w: w.copy_thread(src, dst))
         if counts is None:
             logger.warning("copy_thread: source thread %r has no checkpoints; nothing copied", src)

@@ -1140,8 +1140,6 @@ class WriteTxn(ReadTxn):
                 f"thread {target!r} already has checkpoints; copy_thread does not merge. "
                 "Delete it first or choose another target thread_id"
             )
-        if source == target:
-            raise ThreadExistsError(f"source and target are the same thread {source!r}")
         d = self.intern(keys.KIND_THREAD, target)
         counts: dict[str, int] = {}
         prefix = keys.thread_prefix(s)
