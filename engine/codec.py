@@ -21,6 +21,8 @@ tag   body
 0x01  zstandard frame of an ormsgpack envelope
 0x02  delta of a ``[type, payload]`` blob against an earlier payload of
       the same channel (see :meth:`RecordCodec.encode_delta`)
+0x03  u32 dictionary id, then a zstandard frame compressed with the store's
+      trained dictionary of that id (see :meth:`RecordCodec.train`)
 ====  ======================================================
 """
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import threading
 import zlib
+from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 import ormsgpack
@@ -39,7 +42,16 @@ __all__ = ["Compressor", "RecordCodec", "ZstdCompressor"]
 TAG_PLAIN: Final = 0x00
 TAG_ZSTD: Final = 0x01
 TAG_DELTA: Final = 0x02
+TAG_DICT: Final = 0x03
 CRC_SIZE: Final = 4
+# Envelopes at least this large are compressed with the store's trained
+# dictionary once it has one (checkpoint records and writes are 300-1,000
+# bytes, where plain zstd gains little: see RecordCodec).
+DICT_MIN: Final = 64
+DICT_SIZE: Final = 32 * 1024
+# Train once this many sample bytes (and records) were seen.
+TRAIN_BYTES: Final = 256 * 1024
+TRAIN_RECORDS: Final = 400
 # Largest zstd window a delta may use (and a reader accepts): 128 MiB, enough
 # for a base plus a new version of a 60 MB message list.
 MAX_WINDOW_LOG: Final = 27
@@ -61,6 +73,14 @@ class Compressor(Protocol):
 
     def compress_with_base(self, data: bytes, base: bytes) -> bytes:
         """Compress ``data`` using ``base`` (an earlier version) as a dictionary."""
+        ...
+
+    def compress_with_dict(self, data: bytes, dict_id: int, dictionary: bytes) -> bytes:
+        """Compress ``data`` with a trained dictionary."""
+        ...
+
+    def decompress_with_dict(self, data: bytes, dict_id: int, dictionary: bytes) -> bytes:
+        """Invert :meth:`compress_with_dict`."""
         ...
 
     def decompress_with_base(self, data: bytes, base: bytes) -> bytes:
@@ -114,6 +134,30 @@ class ZstdCompressor:
         reader = zstandard.ZstdDecompressor(dict_data=dictionary, max_window_size=2**MAX_WINDOW_LOG)
         return reader.decompress(data)  # type: ignore[no-any-return]
 
+    def _dict_ctx(
+        self, dict_id: int, dictionary: bytes
+    ) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+        contexts = getattr(self._local, "dicts", None)
+        if contexts is None:
+            contexts = self._local.dicts = {}
+        ctx = contexts.get(dict_id)
+        if ctx is None:
+            prepared = zstandard.ZstdCompressionDict(dictionary)
+            ctx = contexts[dict_id] = (
+                zstandard.ZstdCompressor(level=self.level, dict_data=prepared),
+                zstandard.ZstdDecompressor(dict_data=prepared),
+            )
+        return ctx  # type: ignore[no-any-return]
+
+    def compress_with_dict(self, data: bytes, dict_id: int, dictionary: bytes) -> bytes:
+        """Compress with a trained dictionary (contexts cached per thread and id)."""
+        return self._dict_ctx(dict_id, dictionary)[0].compress(data)  # type: ignore[no-any-return]
+
+    def decompress_with_dict(self, data: bytes, dict_id: int, dictionary: bytes) -> bytes:
+        """Invert :meth:`compress_with_dict`."""
+        _check_frame(data)
+        return self._dict_ctx(dict_id, dictionary)[1].decompress(data)  # type: ignore[no-any-return]
+
 
 def _check_frame(data: bytes) -> None:
     size = zstandard.frame_content_size(data)
@@ -144,16 +188,75 @@ class RecordCodec:
             )
         self.compress_threshold = compress_threshold
         self.compressor: Compressor = compressor or ZstdCompressor()
+        self.dictionaries: dict[int, bytes] = {}
+        self.active_dictionary: int | None = None
+        self.dictionary_loader: Callable[[int], bytes | None] | None = None
+        self._samples: list[bytes] = []
+        self._sample_bytes = 0
 
     def encode(self, record: Any) -> bytes:
         """Encode one record."""
         body = ormsgpack.packb(record)
         framed = bytes((TAG_PLAIN,)) + body
-        if self.compress_threshold is not None and len(body) >= self.compress_threshold:
-            packed = self.compressor.compress(body)
-            if len(packed) < len(body):
-                framed = bytes((TAG_ZSTD,)) + packed
+        if self.compress_threshold is not None:
+            active = self.active_dictionary
+            if active is not None and len(body) >= DICT_MIN:
+                packed = self.compressor.compress_with_dict(body, active, self.dictionaries[active])
+                if len(packed) + 4 < len(body):
+                    framed = bytes((TAG_DICT,)) + active.to_bytes(4, "big") + packed
+            else:
+                if active is None and DICT_MIN <= len(body) <= 16 * 1024:
+                    self._sample(body)
+                if len(body) >= self.compress_threshold:
+                    packed = self.compressor.compress(body)
+                    if len(packed) < len(body):
+                        framed = bytes((TAG_ZSTD,)) + packed
         return framed + zlib.crc32(framed).to_bytes(CRC_SIZE, "big")
+
+    # -- trained dictionary ---------------------------------------------------------
+
+    def _sample(self, body: bytes) -> None:
+        if self._sample_bytes < TRAIN_BYTES:
+            self._samples.append(body)
+            self._sample_bytes += len(body)
+
+    @property
+    def wants_training(self) -> bool:
+        """True once enough records were seen to train a dictionary and none is active."""
+        return (
+            self.active_dictionary is None
+            and self._sample_bytes >= TRAIN_BYTES
+            and len(self._samples) >= TRAIN_RECORDS
+        )
+
+    def train(self) -> bytes:
+        """Train a zstd dictionary on the sampled envelopes.
+
+        Checkpoint records and writes are small and alike (the same keys,
+        versions and message structure every step); plain zstd cannot see
+        across records. On a 300-turn chat here a 32 KiB dictionary took
+        checkpoint records from 218 KB to 88 KB and writes from 187 KB to 87 KB.
+        """
+        samples: list[bytes | bytearray | memoryview] = list(self._samples)
+        self._samples, self._sample_bytes = [], 0
+        return zstandard.train_dictionary(DICT_SIZE, samples).as_bytes()  # type: ignore[no-any-return]
+
+    def install(self, dict_id: int, dictionary: bytes, *, activate: bool = False) -> None:
+        """Make a stored dictionary known (and, with ``activate``, used for new records)."""
+        self.dictionaries[dict_id] = dictionary
+        if activate:
+            self.active_dictionary = dict_id
+            self._samples, self._sample_bytes = [], 0
+
+    def _dictionary(self, dict_id: int) -> bytes:
+        found = self.dictionaries.get(dict_id)
+        if found is None and self.dictionary_loader is not None:
+            found = self.dictionary_loader(dict_id)
+            if found is not None:
+                self.dictionaries[dict_id] = found
+        if found is None:
+            raise ValueError(f"dictionary {dict_id} is not in this store")
+        return found
 
     def encode_delta(
         self, typed: tuple[str, bytes], base: bytes, base_ref: bytes, depth: int
@@ -211,6 +314,9 @@ class RecordCodec:
         if data and data[0] == TAG_ZSTD:
             size = zstandard.frame_content_size(data[1:])
             return int(size) + 1 if size >= 0 else len(data)
+        if data and data[0] == TAG_DICT:
+            size = zstandard.frame_content_size(data[5:])
+            return int(size) + 1 if size >= 0 else len(data)
         if data and data[0] == TAG_DELTA:
             header = int.from_bytes(data[1:5], "big")
             size = zstandard.frame_content_size(data[5 + header :])
@@ -229,6 +335,12 @@ class RecordCodec:
                 return ormsgpack.unpackb(framed[1:])
             if tag == TAG_ZSTD:
                 return ormsgpack.unpackb(self.compressor.decompress(bytes(framed[1:])))
+            if tag == TAG_DICT:
+                dict_id = int.from_bytes(framed[1:5], "big")
+                body = self.compressor.decompress_with_dict(
+                    bytes(framed[5:]), dict_id, self._dictionary(dict_id)
+                )
+                return ormsgpack.unpackb(body)
             if tag == TAG_DELTA:
                 raise ValueError("a delta record needs its base; read it through the store")
             raise ValueError(f"unknown record tag 0x{tag:02x}")

@@ -5,7 +5,7 @@ One LMDB environment holds these named databases (``FORMAT_VERSION`` = 1):
 ============  ==========================================================  ==========================
 database      key (byte encoding, in order)                               value
 ============  ==========================================================  ==========================
-meta          ASCII name (``format_version``, ``name_seq``)               msgpack int
+meta          ASCII name (``format_version``, ``name_seq``, ``dict:N``)   msgpack int / bytes
 names         kind(1) · name-key                                          name id (u64 BE)
 names_rev     kind(1) · name id (u64 BE)                                  UTF-8 name
 checkpoints   thread(u64) · ns(u64) · checkpoint_id(id)                   checkpoint record
@@ -110,7 +110,9 @@ _VER_STR: Final = 0x03
 _UUID_TAG: Final = bytes((_ID_UUID,))
 # Only the canonical form (lowercase, hyphenated) maps to 16 bytes, so decoding
 # returns exactly the string that was given.
-_CANONICAL_UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+_CANONICAL_UUID: Final = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z"
+)
 
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")

@@ -20,6 +20,7 @@ import functools
 import logging
 import os
 import random
+import threading
 import uuid
 from collections.abc import (
     AsyncIterator,
@@ -117,6 +118,7 @@ class DeltaLogSaver(
         self.owns_store = owns_store
         self.cache = DecodedCache(cache_bytes)
         self._executor: ThreadPoolExecutor | None = None
+        self._shared = False
 
     @classmethod
     def from_path(
@@ -148,15 +150,17 @@ class DeltaLogSaver(
         Returns:
             An open saver; use it as a context manager or call :meth:`close`.
         """
-        store = Store(
-            path,
-            map_size=map_size,
-            max_map_size=max_map_size,
-            durable=durable,
-            codec=RecordCodec(compress_threshold=compress_threshold),
-            group_commit=group_commit,
-        )
-        return cls(store, serde=serde, cache_bytes=cache_bytes)
+        options = {
+            "map_size": map_size,
+            "max_map_size": max_map_size,
+            "durable": durable,
+            "compress_threshold": compress_threshold,
+            "group_commit": group_commit,
+        }
+        store = _open_shared(path, options)
+        saver = cls(store, serde=serde, cache_bytes=cache_bytes)
+        saver._shared = True
+        return saver
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -165,7 +169,10 @@ class DeltaLogSaver(
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
-        if self.owns_store:
+        if self._shared:
+            self._shared = False
+            _release_shared(self.store)
+        elif self.owns_store:
             self.store.close()
 
     def __enter__(self) -> DeltaLogSaver:
@@ -1114,6 +1121,52 @@ def _apply_plans(
             return None
         out.append(w.apply_plan(g.t, g.n, plan, seeds, g.versions, g.runs))
     return out
+
+
+# One environment per path and process: LMDB (and py-lmdb) refuse a second
+# open of the same path in one process, so from_path hands out one Store per
+# real path, counted, and closes it with its last saver.
+_SHARED_LOCK = threading.Lock()
+_SHARED: dict[str, tuple[Store, dict[str, Any], int]] = {}
+
+
+def _open_shared(path: str | os.PathLike[str], options: dict[str, Any]) -> Store:
+    real = os.path.realpath(os.fspath(path))
+    with _SHARED_LOCK:
+        entry = _SHARED.get(real)
+        if entry is not None and not entry[0].closed:
+            store, opened_with, refs = entry
+            if opened_with != options:
+                diff = {k: (opened_with[k], v) for k, v in options.items() if opened_with[k] != v}
+                raise InvalidInputError(
+                    f"{os.fspath(path)!r} is already open in this process with other options "
+                    f"(option: (open, asked) = {diff}); open it with the same options or "
+                    "share the first saver"
+                )
+            _SHARED[real] = (store, opened_with, refs + 1)
+            return store
+        store = Store(
+            path,
+            map_size=options["map_size"],
+            max_map_size=options["max_map_size"],
+            durable=options["durable"],
+            codec=RecordCodec(compress_threshold=options["compress_threshold"]),
+            group_commit=options["group_commit"],
+        )
+        _SHARED[real] = (store, options, 1)
+        return store
+
+
+def _release_shared(store: Store) -> None:
+    with _SHARED_LOCK:
+        for real, (shared, options, refs) in list(_SHARED.items()):
+            if shared is store:
+                if refs > 1:
+                    _SHARED[real] = (shared, options, refs - 1)
+                    return
+                del _SHARED[real]
+                break
+    store.close()
 
 
 def _delete_threads(w: WriteTxn, *, thread_ids: list[str]) -> None:

@@ -882,6 +882,16 @@ class ReadTxn:
             ok = cur.next()
         return out
 
+    def dictionaries(self) -> list[tuple[int, bytes]]:
+        """Trained record dictionaries stored in ``meta`` (``dict:N``), by id."""
+        out: list[tuple[int, bytes]] = []
+        cur = self.txn.cursor(db=self.dbs.meta)
+        ok = cur.set_range(b"dict:")
+        while ok and cur.key().startswith(b"dict:"):
+            out.append((int(cur.key()[5:]), ormsgpack.unpackb(cur.value())))
+            ok = cur.next()
+        return sorted(out)
+
     def meta(self, name: str) -> Any:
         """A value of the ``meta`` database, or None."""
         raw = self.txn.get(name.encode("ascii"), db=self.dbs.meta)
@@ -1406,6 +1416,10 @@ class Store:
         self._dbs = _Dbs(**handles)
         with self.read() as r:
             version = r.meta("format_version")
+            dictionaries = r.dictionaries()
+        for dict_id, dictionary in dictionaries:
+            self.codec.install(dict_id, dictionary, activate=dict_id == dictionaries[-1][0])
+        self.codec.dictionary_loader = self._load_dictionary
         if version != keys.FORMAT_VERSION:
             raise FormatVersionError(
                 f"store {self.path!r} has format version {version!r}; this deltalog reads "
@@ -1457,6 +1471,11 @@ class Store:
             self._closed_for_fork = False
             self._rw.release_exclusive()
             self._write_lock.release()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._closed
 
     def close(self) -> None:
         """Close the environment. Idempotent."""
@@ -1601,6 +1620,49 @@ class Store:
                 self._names[(kind, name_id)] = name
             for req in pending:
                 req.done = True
+            if self.codec.wants_training:
+                self._train_dictionary()
+            return
+
+    def _load_dictionary(self, dict_id: int) -> bytes | None:
+        """A dictionary another process trained after this one opened the store."""
+        with self.read() as r:
+            found = dict(r.dictionaries()).get(dict_id)
+        return found
+
+    def _train_dictionary(self) -> None:
+        """Train the store's record dictionary from this process's samples and store it.
+
+        Runs under the writer lock right after a commit. If another process
+        stored a dictionary first, that one is adopted instead: a store has
+        one, immutable once written, so every record names a dictionary that
+        is on disk before the record is.
+        """
+        try:
+            trained = self.codec.train()
+        except Exception as exc:  # too few distinct samples; sampling starts over
+            logger.info("record dictionary training skipped: %s", exc)
+            return
+        for _ in range(2):
+            txn = self._begin(write=True)
+            try:
+                existing = ReadTxn(self, txn).dictionaries()
+                if existing:
+                    dict_id, dictionary = existing[-1]
+                else:
+                    dict_id, dictionary = 1, trained
+                    txn.put(b"dict:1", ormsgpack.packb(trained), db=self._dbs.meta)
+                txn.commit()
+            except lmdb.MapFullError:
+                txn.abort()
+                if not self._grow():
+                    return
+                continue
+            except lmdb.Error as exc:
+                txn.abort()
+                logger.warning("could not store the record dictionary: %s", exc)
+                return
+            self.codec.install(dict_id, dictionary, activate=True)
             return
 
     def _grow(self) -> bool:

@@ -131,3 +131,34 @@ def test_allowlist_clone_has_its_own_cache(make_saver: Callable[..., DeltaLogSav
     saver = make_saver()
     clone = saver.with_allowlist([("some", "module", "Type")])
     assert clone is saver or clone.cache is not saver.cache
+
+
+def test_record_dictionary_is_trained_stored_and_shared(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """After enough records a zstd dictionary is trained, stored in meta and used; another opener reads it."""
+    from deltalog.engine.codec import TAG_DICT
+
+    saver = make_saver()
+    graph = run(saver, 120, 100)
+    assert saver.store.codec.active_dictionary == 1
+    with saver.store.read() as r:
+        assert [i for i, _ in r.dictionaries()] == [1]
+    tags = [raw[0] for _, raw in saver.store.iter_db("checkpoints")]
+    assert tags.count(TAG_DICT) > len(tags) // 4
+    before = history(graph, cfg("t"))
+    # A second saver on the same path (as another process would) decodes dictionary records.
+    other = DeltaLogSaver.from_path(saver.store.path)
+    try:
+        assert history(chat_graph(100).compile(checkpointer=other), cfg("t")) == before
+        assert other.verify(deep=True).ok
+    finally:
+        other.close()
+
+
+def test_no_dictionary_without_compression(make_saver: Callable[..., DeltaLogSaver]) -> None:
+    """compress_threshold=None stores plain records: no dictionary is trained."""
+    saver = make_saver(compress_threshold=None)
+    run(saver, 120, 100)
+    assert saver.store.codec.active_dictionary is None
+    assert {raw[0] for _, raw in saver.store.iter_db("checkpoints")} == {0}
