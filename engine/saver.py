@@ -406,27 +406,34 @@ class DeltaLogSaver(
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> tuple[Callable[[WriteTxn], None], RunnableConfig]:
-        thread_id, checkpoint_ns, parent_id = _parse_config(config)
         if not isinstance(checkpoint, Mapping) or "id" not in checkpoint:
             raise InvalidInputError(
                 f"checkpoint {checkpoint!r:.80} is not a Checkpoint dict with an 'id'"
             )
-        checkpoint_id = checkpoint["id"]
-        keys.encode_id(checkpoint_id)
-        if parent_id is not None:
-            keys.encode_id(parent_id)
-        body: dict[str, Any] = dict(checkpoint)
-        values: dict[str, Any] = body.pop("channel_values", None) or {}
-        versions = dict(body.pop("channel_versions", None) or {})
-        for channel, version in {**versions, **new_versions}.items():
-            if not isinstance(channel, str):
-                raise InvalidInputError(f"channel name {channel!r} is not a string")
-            keys.encode_version(version)
+        # Serialize the channel values first: with durability="async" the
+        # runtime calls put from a worker thread while its next superstep goes
+        # on mutating live values (a join edge's set), so every microsecond
+        # before this snapshot is a window for a value from the future.
+        values: Mapping[str, Any] = checkpoint.get("channel_values") or {}
+        if not isinstance(new_versions, Mapping):
+            raise InvalidInputError(f"new_versions {new_versions!r:.80} is not a mapping")
         blobs = [
             BlobRow(channel, version, self._dumps(values[channel], f"channel {channel!r}"))
             for channel, version in new_versions.items()
             if channel in values
         ]
+        thread_id, checkpoint_ns, parent_id = _parse_config(config)
+        checkpoint_id = checkpoint["id"]
+        keys.encode_id(checkpoint_id)
+        if parent_id is not None:
+            keys.encode_id(parent_id)
+        body: dict[str, Any] = dict(checkpoint)
+        body.pop("channel_values", None)
+        versions = dict(body.pop("channel_versions", None) or {})
+        for channel, version in {**versions, **new_versions}.items():
+            if not isinstance(channel, str):
+                raise InvalidInputError(f"channel name {channel!r} is not a string")
+            keys.encode_version(version)
         full_metadata = get_checkpoint_metadata(config, metadata)
         run_id = full_metadata.get("run_id")
         ckpt_typed = self._dumps(body, "checkpoint")
