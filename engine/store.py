@@ -1371,16 +1371,29 @@ class Store:
                 f"cannot open LMDB store at {self.path!r} ({type(exc).__name__}: {exc}); "
                 "is it a deltalog store on a local disk?"
             ) from exc
-        # A data file shorter than the pages its meta page claims (truncated by a
-        # bad copy or restore) would raise SIGBUS on the first read past its end,
-        # killing the interpreter: refuse it. Size is read after the meta, so a
+        # A data file shorter than the pages its meta page claims would raise
+        # SIGBUS on a read past its end, killing the interpreter. That happens to
+        # a store truncated by a bad copy, but also to a healthy one: LMDB may
+        # allocate a page, free it in the same transaction and never write it.
+        # So a writable open zero-fills the gap (posix_fallocate never shrinks a
+        # file another process is extending): free pages stay free, and pages a
+        # truncation really lost read as damaged (CorruptRecordError, reported
+        # by verify) instead of crashing. Size is read after the meta, so a
         # concurrent writer can only make the file look longer, never shorter.
         used = (self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"]
-        if os.path.getsize(data) < used:
-            self.env.close()
-            raise StoreOpenError(
-                f"{data!r} is truncated: {os.path.getsize(data)} bytes, but its pages reach "
-                f"{used} bytes; restore the store from a backup"
+        size = os.path.getsize(data)
+        if size < used:
+            if self.readonly:
+                self.env.close()
+                raise StoreOpenError(
+                    f"{data!r} is {size} bytes but its pages reach {used} bytes (truncated, or "
+                    "last written by a transaction that freed pages it never wrote). Open it "
+                    "writable once, which zero-fills the gap safely, or restore a backup"
+                )
+            with open(data, "r+b") as handle:
+                os.posix_fallocate(handle.fileno(), 0, used)
+            logger.warning(
+                "zero-filled %s from %d to %d bytes (pages past its end)", data, size, used
             )
         stale = self.env.reader_check()
         if stale:
@@ -1394,11 +1407,9 @@ class Store:
     def _init_dbs(self) -> None:
         try:
             if self.readonly:
-                with self.env.begin() as txn:
-                    handles = {
-                        name: self.env.open_db(name.encode(), txn=txn, create=False)
-                        for name in _DBS
-                    }
+                # Without txn=: py-lmdb opens (and commits) its own transaction, so
+                # the handles outlive it; a read transaction would discard them.
+                handles = {name: self.env.open_db(name.encode(), create=False) for name in _DBS}
             else:
                 with self.env.begin(write=True) as txn:
                     handles = {name: self.env.open_db(name.encode(), txn=txn) for name in _DBS}

@@ -7,9 +7,8 @@ import stat
 from pathlib import Path
 
 import pytest
-from langgraph.checkpoint.base import empty_checkpoint
-
 from deltalog.engine import DeltaLogSaver, InvalidInputError
+from langgraph.checkpoint.base import empty_checkpoint
 
 
 def test_same_path_twice_shares_one_environment(tmp_path: Path) -> None:
@@ -37,3 +36,22 @@ def test_store_files_are_owner_only(tmp_path: Path) -> None:
     assert stat.S_IMODE(os.stat(tmp_path / "s").st_mode) == 0o700
     for name in ("data.mdb", "lock.mdb"):
         assert stat.S_IMODE(os.stat(tmp_path / "s" / name).st_mode) == 0o600
+
+
+def test_readonly_open_reads_a_pruned_store(tmp_path: Path) -> None:
+    """A read-only open works (handles outlive the opening transaction), also after a prune."""
+    from deltalog.engine import Store
+
+    from .graphs import cfg, chat_graph, human
+
+    with DeltaLogSaver.from_path(tmp_path / "s") as saver:
+        graph = chat_graph(3).compile(checkpointer=saver)
+        for turn in range(20):
+            graph.invoke({"messages": [human(turn)]}, cfg("t"))
+        saver.prune(["t"], keep_last=2)
+    reader = DeltaLogSaver(Store(tmp_path / "s", readonly=True))
+    try:
+        assert len(list(reader.list(cfg("t")))) == 2
+        assert reader.verify().ok
+    finally:
+        reader.close()

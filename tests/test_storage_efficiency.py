@@ -6,12 +6,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage
-from langgraph.checkpoint.memory import InMemorySaver
-
 from deltalog.engine import DeltaLogSaver
 from deltalog.engine.codec import TAG_DELTA
 from deltalog.engine.store import DELTA_MIN, KEYFRAME_EVERY
+from langchain_core.messages import AIMessage
+from langgraph.checkpoint.memory import InMemorySaver
 
 from .graphs import cfg, chat_graph, history, human, observe
 

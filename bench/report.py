@@ -1,0 +1,891 @@
+"""Turn a :class:`~deltalog.bench.runner.BenchResult` into tables, JSON and plots.
+
+* :func:`render` prints, per scenario, the absolute figures of every saver, the
+  ratio of the subject saver (``deltalog`` by default) to each peer, the
+  throughput table and the issue-5 targets with PASS/FAIL.
+* :func:`write_json` writes ``results.json`` — the raw result plus the ratios
+  and target verdicts, so scripts never recompute them.
+* :func:`write_plots` writes PNGs next to the JSON with matplotlib's Agg
+  backend: stored bytes and bytes added per turn against turns, invoke latency
+  against turns (rolling median), read latencies, and throughput against
+  concurrency; one line (or bar) per saver.
+
+Ratios are ``subject / peer``: below 1 means the subject stores fewer bytes or
+answers faster; for throughput (checkpoints per second) above 1 is better.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from deltalog.bench.runner import (
+    BenchResult,
+    ChatResult,
+    LatencyStats,
+    SaverChatResult,
+    ThroughputResult,
+)
+from rich.console import Console
+from rich.table import Table
+
+__all__ = [
+    "METRICS",
+    "TARGETS",
+    "Cell",
+    "Metric",
+    "TableData",
+    "Target",
+    "TargetVerdict",
+    "build_tables",
+    "evaluate_targets",
+    "failure_summary",
+    "format_bytes",
+    "format_ms",
+    "ratio_table",
+    "render",
+    "write_json",
+    "write_markdown",
+    "write_plots",
+]
+
+# --------------------------------------------------------------------------- metrics
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One figure of a chat scenario, read from a :class:`SaverChatResult`.
+
+    Attributes:
+        key: Stable name used in JSON and targets.
+        title: Column or row heading.
+        unit: ``"bytes"``, ``"ms"`` or ``"count"``; decides formatting.
+        get: Extracts the value (``None`` when not measured).
+        delta_only: Only meaningful for DeltaChannel scenarios.
+    """
+
+    key: str
+    title: str
+    unit: Literal["bytes", "ms"]
+    get: Callable[[SaverChatResult], float | None]
+    delta_only: bool = False
+
+
+def _p50(stats: LatencyStats | None) -> float | None:
+    return None if stats is None else stats.p50_ms
+
+
+def _p95(stats: LatencyStats | None) -> float | None:
+    return None if stats is None else stats.p95_ms
+
+
+def _as_float(value: float | int | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _rss_growth(res: SaverChatResult) -> float | None:
+    if res.rss_peak_bytes is None or res.rss_baseline_bytes is None:
+        return None
+    return float(res.rss_peak_bytes - res.rss_baseline_bytes)
+
+
+#: Figures reported per saver and per chat scenario, in table order.
+METRICS: tuple[Metric, ...] = (
+    Metric("total_bytes", "stored", "bytes", lambda r: _as_float(r.total_bytes)),
+    Metric(
+        "bytes_per_turn_last100",
+        "bytes/turn (last 100)",
+        "bytes",
+        lambda r: r.bytes_per_turn_last100,
+    ),
+    Metric("invoke_early_p50", "invoke p50 (first 50)", "ms", lambda r: _p50(r.invoke_early)),
+    Metric("invoke_late_p50", "invoke p50 (last 50)", "ms", lambda r: _p50(r.invoke_late)),
+    Metric("invoke_late_p95", "invoke p95 (last 50)", "ms", lambda r: _p95(r.invoke_late)),
+    Metric("get_state_p50", "get_state p50", "ms", lambda r: _p50(r.get_state)),
+    Metric("history_p50", "get_state_history p50", "ms", lambda r: _p50(r.history)),
+    Metric(
+        "delta_history_p50",
+        "delta history p50",
+        "ms",
+        lambda r: _p50(r.delta_history),
+        delta_only=True,
+    ),
+    Metric("rss_peak", "peak RSS", "bytes", lambda r: _as_float(r.rss_peak_bytes)),
+    Metric("rss_growth", "RSS growth", "bytes", lambda r: _rss_growth(r)),
+)
+
+_METRICS_BY_KEY = {m.key: m for m in METRICS}
+
+
+def format_bytes(value: float | None) -> str:
+    """``1536`` → ``1.5 KiB``; ``None`` → ``–``."""
+    if value is None:
+        return "–"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+def format_ms(value: float | None) -> str:
+    """Milliseconds with three significant digits; ``None`` → ``–``."""
+    if value is None:
+        return "–"
+    if value >= 100:
+        return f"{value:.0f} ms"
+    if value >= 10:
+        return f"{value:.1f} ms"
+    return f"{value:.2f} ms"
+
+
+def _format(unit: str, value: float | None) -> str:
+    return format_bytes(value) if unit == "bytes" else format_ms(value)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+# --------------------------------------------------------------------------- targets
+
+
+@dataclass(frozen=True)
+class Target:
+    """A ratio the subject saver must meet (issue 5), stated at 1,000 turns.
+
+    Attributes:
+        key: Stable name.
+        text: What the target says, for the table.
+        scenario: Scenario the figure comes from.
+        metric: A :data:`METRICS` key, or ``"throughput@<threads>"``.
+        against: A peer name, ``"best"`` (best durable peer for bytes, best
+            peer otherwise).
+        limit: The bound on ``subject / against``.
+        higher_is_better: ``True`` for throughput (ratio must be ≥ limit).
+    """
+
+    key: str
+    text: str
+    scenario: str
+    metric: str
+    against: str
+    limit: float
+    higher_is_better: bool = False
+
+
+#: The issue-5 targets the engine must meet (ratios to peers in the same run).
+TARGETS: tuple[Target, ...] = (
+    Target(
+        "storage_sf100_total",
+        "DeltaChannel sf=100 stored bytes ≤ 0.25× best durable peer",
+        "chat-delta-sf100",
+        "total_bytes",
+        "best",
+        0.25,
+    ),
+    Target(
+        "storage_sf100_per_turn",
+        "DeltaChannel sf=100 bytes/turn (last 100) ≤ 0.15× best durable peer",
+        "chat-delta-sf100",
+        "bytes_per_turn_last100",
+        "best",
+        0.15,
+    ),
+    Target(
+        "storage_add_messages_total",
+        "add_messages stored bytes ≤ 0.05× SqliteSaver",
+        "chat-add_messages",
+        "total_bytes",
+        "sqlite",
+        0.05,
+    ),
+    Target(
+        "get_state_vs_memory",
+        "get_state (last turn) ≤ 1.0× InMemorySaver",
+        "chat-delta-sf100",
+        "get_state_p50",
+        "memory",
+        1.0,
+    ),
+    Target(
+        "get_state_vs_sqlite",
+        "get_state (last turn) ≤ 0.7× SqliteSaver",
+        "chat-delta-sf100",
+        "get_state_p50",
+        "sqlite",
+        0.7,
+    ),
+    Target(
+        "history_vs_memory",
+        "get_state_history(limit=20) ≤ 0.5× InMemorySaver",
+        "chat-delta-sf100",
+        "history_p50",
+        "memory",
+        0.5,
+    ),
+    Target(
+        "invoke_vs_memory",
+        "invoke p50 (last 50 turns) ≤ 1.2× InMemorySaver",
+        "chat-delta-sf100",
+        "invoke_late_p50",
+        "memory",
+        1.2,
+    ),
+    Target(
+        "invoke_vs_sqlite",
+        "invoke p50 (last 50 turns) ≤ 0.8× SqliteSaver",
+        "chat-delta-sf100",
+        "invoke_late_p50",
+        "sqlite",
+        0.8,
+    ),
+    Target(
+        "throughput16_vs_sqlite",
+        "checkpoints/s with 16 threads (durable) ≥ 2× SqliteSaver",
+        "throughput",
+        "throughput@16",
+        "sqlite",
+        2.0,
+        higher_is_better=True,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class TargetVerdict:
+    """How the subject did against one target.
+
+    Attributes:
+        key: The target's key.
+        text: The target's text.
+        turns: Turns of the scenario the figure comes from (``None`` for throughput).
+        against: The peer actually compared with (``best`` resolved).
+        subject_value: The subject's figure.
+        peer_value: The peer's figure.
+        ratio: ``subject_value / peer_value``.
+        limit: The bound.
+        status: ``"PASS"``, ``"FAIL"`` or ``"n/a"`` (not measured in this run).
+        note: Why it is n/a, or that the run was shorter than the 1,000 turns
+            the target is stated at.
+    """
+
+    key: str
+    text: str
+    turns: int | None
+    against: str | None
+    subject_value: float | None
+    peer_value: float | None
+    ratio: float | None
+    limit: float
+    status: Literal["PASS", "FAIL", "n/a"]
+    note: str
+
+
+def _throughput_at(result: ThroughputResult | None, saver: str, threads: int) -> float | None:
+    if result is None:
+        return None
+    for point in result.savers.get(saver, []):
+        if point.threads == threads:
+            return point.checkpoints_per_s
+    return None
+
+
+def _chat(result: BenchResult, scenario: str) -> ChatResult | None:
+    return next((c for c in result.chat if c.scenario == scenario), None)
+
+
+def _usable(res: SaverChatResult | None) -> bool:
+    return res is not None and res.error is None and res.correct is not False
+
+
+def evaluate_targets(result: BenchResult, subject: str = "deltalog") -> list[TargetVerdict]:
+    """Check every :data:`TARGETS` entry against this run.
+
+    Args:
+        result: The run.
+        subject: The saver the targets apply to.
+
+    Returns:
+        One verdict per target, in :data:`TARGETS` order.
+    """
+    verdicts: list[TargetVerdict] = []
+    for target in TARGETS:
+
+        def na(note: str, target: Target = target) -> TargetVerdict:
+            return TargetVerdict(
+                target.key, target.text, None, None, None, None, None, target.limit, "n/a", note
+            )
+
+        turns: int | None = None
+        if target.metric.startswith("throughput@"):
+            threads = int(target.metric.split("@", 1)[1])
+            values = {
+                n: _throughput_at(result.throughput, n, threads)
+                for n in (result.throughput.savers if result.throughput else {})
+            }
+            if result.throughput is None or threads not in result.throughput.threads:
+                verdicts.append(na(f"throughput with {threads} threads not measured"))
+                continue
+        else:
+            chat = _chat(result, target.scenario)
+            if chat is None:
+                verdicts.append(na(f"scenario {target.scenario} not run"))
+                continue
+            turns = chat.turns
+            metric = _METRICS_BY_KEY[target.metric]
+            values = {n: metric.get(r) for n, r in chat.savers.items() if _usable(r)}
+        subject_value = values.get(subject)
+        if subject_value is None:
+            verdicts.append(na(f"{subject} not measured"))
+            continue
+        peers = {n: v for n, v in values.items() if n != subject and v is not None}
+        if target.against == "best":
+            if target.metric in ("total_bytes", "bytes_per_turn_last100"):
+                # InMemorySaver's figure is serialized payload, not a store:
+                # the storage targets compare with stores that reach a disk.
+                peers = {n: v for n, v in peers.items() if result.peers[n]["durable"]}
+            if not peers:
+                verdicts.append(na("no peer measured"))
+                continue
+            pick = max if target.higher_is_better else min
+            against = pick(peers, key=lambda n: peers[n])
+        else:
+            against = target.against
+        peer_value = peers.get(against)
+        ratio = _ratio(subject_value, peer_value)
+        if ratio is None:
+            verdicts.append(na(f"{against} not measured"))
+            continue
+        ok = ratio >= target.limit if target.higher_is_better else ratio <= target.limit
+        note = "" if turns is None or turns == 1000 else f"run at {turns} turns, target at 1000"
+        verdicts.append(
+            TargetVerdict(
+                target.key,
+                target.text,
+                turns,
+                against,
+                subject_value,
+                peer_value,
+                ratio,
+                target.limit,
+                "PASS" if ok else "FAIL",
+                note,
+            )
+        )
+    return verdicts
+
+
+def ratio_table(result: BenchResult, subject: str = "deltalog") -> dict[str, Any]:
+    """``subject / peer`` for every metric, scenario and peer.
+
+    Returns:
+        ``{scenario: {metric: {peer: ratio or None}}}``, plus a ``throughput``
+        entry ``{"<threads> threads": {peer: ratio}}`` (checkpoints/s, higher
+        is better). Empty if the subject did not run.
+    """
+    table: dict[str, Any] = {}
+    for chat in result.chat:
+        mine = chat.savers.get(subject)
+        if not _usable(mine) or mine is None:
+            continue
+        per_metric: dict[str, dict[str, float | None]] = {}
+        for metric in METRICS:
+            if metric.delta_only and not chat.field.startswith("DeltaChannel"):
+                continue
+            per_metric[metric.key] = {
+                n: _ratio(metric.get(mine), metric.get(r) if _usable(r) else None)
+                for n, r in chat.savers.items()
+                if n != subject
+            }
+        table[chat.scenario] = per_metric
+    tp = result.throughput
+    if tp is not None and subject in tp.savers and tp.savers[subject]:
+        table[tp.scenario] = {
+            f"{threads} threads": {
+                n: _ratio(_throughput_at(tp, subject, threads), _throughput_at(tp, n, threads))
+                for n in tp.savers
+                if n != subject
+            }
+            for threads in tp.threads
+        }
+    return table
+
+
+# --------------------------------------------------------------------------- tables
+
+Colour = Literal["green", "red", "yellow"] | None
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One table cell: its text and an optional verdict colour."""
+
+    text: str
+    colour: Colour = None
+
+
+@dataclass
+class TableData:
+    """A table built once and rendered to the terminal (rich) or to Markdown.
+
+    Attributes:
+        title: Caption.
+        headers: Column headings.
+        rows: Cells, one list per row.
+        text_columns: Indexes of left-aligned (text) columns; the rest are
+            numbers, right-aligned.
+    """
+
+    title: str
+    headers: list[str]
+    rows: list[list[Cell]]
+    text_columns: frozenset[int] = frozenset({0})
+
+    def to_rich(self) -> Table:
+        """As a rich table (verdicts coloured)."""
+        table = Table(title=self.title, title_justify="left")
+        for i, heading in enumerate(self.headers):
+            table.add_column(heading, justify="left" if i in self.text_columns else "right")
+        for row in self.rows:
+            table.add_row(
+                *(f"[{c.colour}]{c.text}[/{c.colour}]" if c.colour else c.text for c in row)
+            )
+        return table
+
+    def to_markdown(self) -> str:
+        """As a GitHub-flavoured Markdown table under a bold caption."""
+        lines = [f"**{self.title}**", ""]
+        lines.append("| " + " | ".join(self.headers) + " |")
+        aligns = [":---" if i in self.text_columns else "---:" for i in range(len(self.headers))]
+        lines.append("|" + "|".join(aligns) + "|")
+        for row in self.rows:
+            lines.append("| " + " | ".join(c.text.replace("|", "\\|") for c in row) + " |")
+        return "\n".join(lines) + "\n"
+
+
+def _ratio_cell(ratio: float | None, higher_is_better: bool = False) -> Cell:
+    if ratio is None:
+        return Cell("–")
+    good = ratio > 1 if higher_is_better else ratio < 1
+    return Cell(f"{ratio:.2f}×", "green" if good else "red" if ratio != 1 else None)
+
+
+def _label(result: BenchResult, name: str) -> str:
+    return str(result.peers.get(name, {}).get("label", name))
+
+
+def _metrics_for(chat: ChatResult) -> list[Metric]:
+    delta = chat.field.startswith("DeltaChannel")
+    return [m for m in METRICS if delta or not m.delta_only]
+
+
+def build_tables(result: BenchResult, subject: str = "deltalog") -> list[TableData]:
+    """Every table of a run: per scenario figures and ratios, throughput, targets.
+
+    Args:
+        result: The run.
+        subject: The saver whose ratios to each peer are shown.
+
+    Returns:
+        Tables in display order.
+    """
+    tables: list[TableData] = []
+    ratios = ratio_table(result, subject)
+    for chat in result.chat:
+        names = list(chat.savers)
+        rows: list[list[Cell]] = []
+        for metric in _metrics_for(chat):
+            rows.append(
+                [Cell(metric.title)]
+                + [Cell(_format(metric.unit, metric.get(chat.savers[n]))) for n in names]
+            )
+        state_row = [Cell("final state")]
+        for n in names:
+            res = chat.savers[n]
+            if res.error is not None:
+                state_row.append(Cell("ERROR", "red"))
+            elif res.correct:
+                state_row.append(Cell("ok", "green"))
+            else:
+                state_row.append(Cell("WRONG", "red"))
+        rows.append(state_row)
+        tables.append(TableData(f"{chat.scenario}: {chat.description}", ["figure", *names], rows))
+        if chat.scenario in ratios:
+            peers = [n for n in names if n != subject]
+            tables.append(
+                TableData(
+                    f"{chat.scenario}: {subject} ÷ peer (below 1× is better)",
+                    ["figure", *peers],
+                    [
+                        [
+                            Cell(_METRICS_BY_KEY[key].title),
+                            *(_ratio_cell(row.get(n)) for n in peers),
+                        ]
+                        for key, row in ratios[chat.scenario].items()
+                    ],
+                )
+            )
+
+    tp = result.throughput
+    if tp is not None:
+        names = list(tp.savers)
+        rows = []
+        for threads in tp.threads:
+            row = [Cell(f"{threads} threads")]
+            for n in names:
+                value = _throughput_at(tp, n, threads)
+                text = "–" if value is None else f"{value:,.0f}/s"
+                if value is not None and n != subject and subject in names:
+                    mine = _throughput_at(tp, subject, threads)
+                    r = _ratio(mine, value)
+                    if r is not None:
+                        text += f" ({r:.2f}×)"
+                row.append(Cell(text))
+            rows.append(row)
+        headers = ["checkpoints/s"] + [
+            n + ("" if result.peers.get(n, {}).get("durable", True) else " (not durable)")
+            for n in names
+        ]
+        tables.append(
+            TableData(
+                f"{tp.scenario}: messages as {tp.field}, median of {tp.repeats} rounds of "
+                f"{tp.seconds:g} s (in brackets: {subject} ÷ peer, above 1× is better)",
+                headers,
+                rows,
+            )
+        )
+
+    rows = []
+    for v in evaluate_targets(result, subject):
+        unit = "bytes" if v.key.startswith("storage") else "ms"
+
+        def show(x: float | None, unit: str = unit, key: str = v.key) -> str:
+            if key.startswith("throughput"):
+                return "–" if x is None else f"{x:,.0f}/s"
+            return _format(unit, x)
+
+        colour: Colour = {"PASS": "green", "FAIL": "red", "n/a": "yellow"}[v.status]  # type: ignore[assignment]
+        rows.append(
+            [
+                Cell(v.text),
+                Cell(v.against or "–"),
+                Cell(show(v.subject_value)),
+                Cell(show(v.peer_value)),
+                Cell("–" if v.ratio is None else f"{v.ratio:.3f}×"),
+                Cell(v.status, colour),
+                Cell(v.note),
+            ]
+        )
+    tables.append(
+        TableData(
+            f"Issue-5 targets for {subject}",
+            ["target", "peer", subject, "peer value", "ratio", "status", "note"],
+            rows,
+            text_columns=frozenset({0, 1, 5, 6}),
+        )
+    )
+    return tables
+
+
+def render(result: BenchResult, console: Console, subject: str = "deltalog") -> None:
+    """Print the tables of a run to ``console``, then skipped peers and failures.
+
+    Args:
+        result: The run.
+        console: Where to print.
+        subject: The saver whose ratios to each peer are shown.
+    """
+    for table in build_tables(result, subject):
+        console.print(table.to_rich())
+    for name, info in result.peers.items():
+        if info.get("skipped"):
+            console.print(f"[yellow]skipped {name}: {info['skipped']}[/yellow]")
+    for failure in result.failures:
+        console.print(f"[red]FAILED: {failure_summary(failure)}[/red]")
+
+
+def failure_summary(failure: str) -> str:
+    """First line of a failure plus, for a traceback, its last line (the exception)."""
+    lines = [line for line in failure.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return failure.strip()
+    return f"{lines[0]} … {lines[-1].strip()}"
+
+
+def write_markdown(result: BenchResult, path: Path, subject: str = "deltalog") -> Path:
+    """Write every table as Markdown (for docs/benchmarks.md).
+
+    Returns:
+        ``path``.
+    """
+    meta = result.meta
+    labels = ", ".join(f"`{n}` = {info['label']}" for n, info in result.peers.items())
+    head = [
+        f"Run of {meta.get('started', '?')} on {meta.get('cpus', '?')} CPUs, "
+        f"Python {meta.get('python', '?')}, wall time {meta.get('wall_seconds', '?')} s. "
+        f"Savers: {labels}.",
+        "",
+    ]
+    body = "\n".join(t.to_markdown() for t in build_tables(result, subject))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(head) + "\n" + body)
+    return path
+
+
+# --------------------------------------------------------------------------- files
+
+
+def write_json(result: BenchResult, path: Path, subject: str = "deltalog") -> Path:
+    """Write the result, ratios and target verdicts as JSON.
+
+    Returns:
+        ``path``.
+    """
+    data = result.to_json()
+    data["subject"] = subject
+    data["ratios"] = ratio_table(result, subject)
+    data["targets"] = [v.__dict__ for v in evaluate_targets(result, subject)]
+    data["ok"] = result.ok
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(_round_floats(data), indent=1, allow_nan=False)
+    path.write_text(text + "\n")
+    return path
+
+
+def _round_floats(value: Any, digits: int = 4) -> Any:
+    """Round floats for the JSON file: 0.1 µs resolution on milliseconds is plenty."""
+    if isinstance(value, float):
+        return round(value, digits)
+    if isinstance(value, dict):
+        return {k: _round_floats(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_round_floats(v, digits) for v in value]
+    return value
+
+
+def _rolling_median(values: Sequence[float], window: int) -> list[float]:
+    out: list[float] = []
+    for i in range(len(values)):
+        chunk = sorted(values[max(0, i - window + 1) : i + 1])
+        mid = len(chunk) // 2
+        out.append(chunk[mid] if len(chunk) % 2 else (chunk[mid - 1] + chunk[mid]) / 2)
+    return out
+
+
+def write_plots(result: BenchResult, out_dir: Path, subject: str = "deltalog") -> list[Path]:
+    """Write PNG plots for every scenario of a run.
+
+    Per chat scenario: ``<scenario>-bytes.png`` (stored bytes, and bytes added
+    per turn averaged over a trailing window of 100 turns — the span of the
+    "last 100 turns" figure, and two snapshot periods at sf=100 — against
+    turns), ``<scenario>-latency.png`` (invoke latency against turns, rolling
+    median over 25 turns) and ``<scenario>-reads.png`` (``get_state``, history
+    and delta-history p50). For throughput: ``throughput.png`` (median
+    checkpoints/s against concurrency, bars from the slowest to the fastest
+    round). One line or bar per saver, each saver
+    in the same colour in every plot; the subject is drawn thicker and async
+    savers dashed.
+
+    Returns:
+        The files written.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    colours = {name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(result.peers)}
+
+    def style(name: str) -> dict[str, Any]:
+        return {
+            "linewidth": 2.6 if name == subject else 1.3,
+            "linestyle": "--" if result.peers.get(name, {}).get("async") else "-",
+            "color": colours.get(name),
+            "label": _label(result, name),
+        }
+
+    for chat in result.chat:
+        savers = {n: r for n, r in chat.savers.items() if r.error is None}
+
+        fig, (ax_total, ax_turn) = plt.subplots(1, 2, figsize=(12, 4.5))
+        for name, res in savers.items():
+            if not res.bytes_series:
+                continue
+            turns = [t for t, _ in res.bytes_series]
+            sizes = [b for _, b in res.bytes_series]
+            ax_total.plot(turns, [s / 2**20 for s in sizes], **style(name))
+            window = min(100, max(1, chat.turns // 5))
+            per_turn_x, per_turn = _windowed_growth(res.bytes_series, window)
+            if per_turn:
+                ax_turn.plot(per_turn_x, per_turn, **style(name))
+        ax_total.set(title="stored bytes", xlabel="turn", ylabel="MiB")
+        ax_turn.set(
+            title=f"bytes added per turn (mean over the previous {window} turns)",
+            xlabel="turn",
+            ylabel="bytes/turn",
+            yscale="log",
+        )
+        ax_total.set_yscale("log")
+        for ax in (ax_total, ax_turn):
+            ax.grid(True, which="both", alpha=0.3)
+            _plain_log_axis(ax)
+        ax_total.legend(fontsize="small")
+        fig.suptitle(f"{chat.scenario}: {chat.description}", fontsize="medium")
+        fig.tight_layout()
+        written.append(_save(fig, out_dir / f"{chat.scenario}-bytes.png", plt))
+
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        window = 25 if chat.turns >= 100 else max(1, chat.turns // 4)
+        for name, res in savers.items():
+            if res.invoke_ms:
+                xs = list(range(1, len(res.invoke_ms) + 1))
+                ax.plot(xs, _rolling_median(res.invoke_ms, window), **style(name))
+        ax.set(
+            title=f"{chat.scenario}: invoke latency (rolling median of {window} turns)",
+            xlabel="turn",
+            ylabel="ms",
+            yscale="log",
+        )
+        _plain_log_axis(ax)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        written.append(_save(fig, out_dir / f"{chat.scenario}-latency.png", plt))
+
+        reads: list[tuple[str, Callable[[SaverChatResult], float | None]]] = [
+            ("get_state", lambda r: _p50(r.get_state)),
+            (f"get_state_history(limit={chat.history_limit})", lambda r: _p50(r.history)),
+        ]
+        if chat.field.startswith("DeltaChannel"):
+            reads.append(("get_delta_channel_history", lambda r: _p50(r.delta_history)))
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        width = 0.8 / max(1, len(savers))
+        for i, (name, res) in enumerate(savers.items()):
+            values = [_nan_if_none(get(res)) for _, get in reads]
+            positions = [j + i * width for j in range(len(reads))]
+            ax.bar(
+                positions, values, width=width, label=_label(result, name), color=colours.get(name)
+            )
+        ax.set_xticks([j + width * (len(savers) - 1) / 2 for j in range(len(reads))])
+        ax.set_xticklabels([title for title, _ in reads])
+        ax.set(title=f"{chat.scenario}: read latency after {chat.turns} turns (p50)", ylabel="ms")
+        ax.set_yscale("log")
+        _plain_log_axis(ax)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        written.append(_save(fig, out_dir / f"{chat.scenario}-reads.png", plt))
+
+    tp = result.throughput
+    if tp is not None:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for name, points in tp.savers.items():
+            if points:
+                medians = [p.checkpoints_per_s for p in points]
+                spread = [
+                    [m - min(p.rounds_per_s) for m, p in zip(medians, points, strict=True)],
+                    [max(p.rounds_per_s) - m for m, p in zip(medians, points, strict=True)],
+                ]
+                ax.errorbar(
+                    [p.threads for p in points],
+                    medians,
+                    yerr=spread,
+                    marker="o",
+                    capsize=3,
+                    **style(name),
+                )
+        ax.set(
+            title=f"{tp.scenario}: checkpoints/s, median and range of {tp.repeats} rounds "
+            f"of {tp.seconds:g} s ({tp.field})",
+            xlabel="concurrent threads (asyncio tasks for async savers)",
+            ylabel="checkpoints/s",
+            xscale="log",
+        )
+        ax.set_xticks(tp.threads)
+        ax.set_xticklabels([str(t) for t in tp.threads])
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        written.append(_save(fig, out_dir / f"{tp.scenario}.png", plt))
+    return written
+
+
+# matplotlib's "tab10", fixed here so a saver keeps its colour in every plot.
+_PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
+
+
+def _windowed_growth(
+    series: Sequence[tuple[int, int]], window: int
+) -> tuple[list[int], list[float]]:
+    """Mean bytes added per turn over the ``window`` turns before each sample.
+
+    Uses the nearest sample at or before ``turn - window`` as the base, so
+    sampling every k turns only blurs the window by less than k turns.
+    Values are clamped to 1 byte for the log axis (an SQLite WAL that is
+    being reused adds 0 bytes for a while).
+    """
+    xs: list[int] = []
+    ys: list[float] = []
+    j = 0
+    for turn, size in series:
+        while j + 1 < len(series) and series[j + 1][0] <= turn - window:
+            j += 1
+        base_turn, base_size = series[j]
+        if turn - base_turn >= window:
+            xs.append(turn)
+            ys.append(max((size - base_size) / (turn - base_turn), 1.0))
+    return xs, ys
+
+
+def _plain_log_axis(ax: Any) -> None:
+    """Label a log y axis with plain numbers (``20000``, not ``2×10⁴``).
+
+    Minor ticks are labelled sparsely so they never pile up: all of them when
+    the axis spans less than one decade, 2× and 5× when it spans less than
+    three, none beyond.
+    """
+    from matplotlib.ticker import FuncFormatter
+
+    low, high = ax.get_ylim()
+    decades = math.log10(high / low) if low > 0 and high > low else 99.0
+    keep = {2, 3, 4, 5, 6, 7, 8, 9} if decades < 1 else {2, 5} if decades < 3 else set()
+
+    def minor(y: float, _pos: int) -> str:
+        if y <= 0:
+            return ""
+        mantissa = round(y / 10 ** math.floor(math.log10(y)))
+        return f"{y:g}" if mantissa in keep else ""
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(minor))
+
+
+def _nan_if_none(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+def _save(fig: Any, path: Path, plt: Any) -> Path:
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,311 @@
+"""The ``deltalog`` command (also ``python -m deltalog.engine``).
+
+A thin click layer over :class:`~deltalog.engine.DeltaLogSaver` and
+:mod:`deltalog.engine.migrate`: each command parses its arguments, calls
+public library methods and prints the result (rich tables, or JSON with
+``--json``). Library errors become one line on stderr and exit status 1.
+docs/cli.md is the reference; ``deltalog COMMAND --help`` shows each
+command's options and examples.
+
+Commands: inspect (``threads``, ``history``, ``show``, ``diff``, ``stats``),
+operate (``verify``, ``prune``, ``copy``, ``delete``, ``compact``,
+``backup``, ``export``, ``import``), move (``migrate``), try (``demo``)
+and measure (``bench``, from :mod:`deltalog.bench`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+import click
+from deltalog.engine.cli_common import (
+    CONTEXT_SETTINGS,
+    DeltaLogGroup,
+    Output,
+    human_bytes,
+    json_option,
+    open_saver,
+    progress_bar,
+    store_path,
+)
+from deltalog.engine.cli_inspect import (
+    diff_cmd,
+    history_cmd,
+    print_messages,
+    show_cmd,
+    stats_cmd,
+    threads_cmd,
+)
+from deltalog.engine.cli_ops import (
+    backup_cmd,
+    compact_cmd,
+    copy_cmd,
+    delete_cmd,
+    export_cmd,
+    import_cmd,
+    prune_cmd,
+    verify_cmd,
+)
+from deltalog.engine.demo import run_demo
+from deltalog.engine.migrate import (
+    MigrationError,
+    describe_uri,
+    open_saver_uri,
+    plan_migration,
+    run_migration,
+)
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+__all__ = ["cli", "main"]
+
+
+class _Root(DeltaLogGroup):
+    """The root group: commands in the order of docs/cli.md; ``bench`` loaded on demand."""
+
+    lazy: ClassVar[dict[str, tuple[str, str]]] = {"bench": ("deltalog.bench.cli", "bench_command")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*self.commands, *self.lazy]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy and cmd_name not in self.commands:
+            module, attr = self.lazy[cmd_name]
+            try:
+                command = getattr(importlib.import_module(module), attr)
+            except ImportError as exc:
+                raise click.ClickException(
+                    f"`deltalog {cmd_name}` needs the bench extras ({exc.name} is missing); "
+                    "pip install 'deltalog[bench]'"
+                ) from exc
+            self.add_command(command, cmd_name)
+        return self.commands.get(cmd_name)
+
+
+@click.group(
+    cls=_Root,
+    context_settings=CONTEXT_SETTINGS,
+    epilog="Examples:\n\n\b\n"
+    "  deltalog demo\n"
+    "  deltalog threads deltalog-demo.lmdb\n"
+    "  deltalog show deltalog-demo.lmdb demo\n"
+    "  deltalog migrate deltalog-demo.lmdb --to postgresql://app@db/chat\n\n"
+    "Every command takes --help. Reference: docs/cli.md",
+)
+@click.version_option(package_name="deltalog", prog_name="deltalog")
+@click.option(
+    "--traceback", is_flag=True, help="Show the full traceback of an error (for bug reports)."
+)
+@click.pass_context
+def cli(ctx: click.Context, traceback: bool) -> None:
+    """Inspect, operate and migrate deltalog stores of LangGraph checkpoints.
+
+    PATH is always a store folder (what DeltaLogSaver.from_path opened).
+    """
+    ctx.meta["deltalog.traceback"] = traceback
+
+
+# -- demo -------------------------------------------------------------------------------------
+
+
+@click.command(
+    "demo",
+    short_help="Run a DeltaChannel chat demo on a local store.",
+    context_settings=CONTEXT_SETTINGS,
+    epilog="Examples:\n\n\b\n"
+    "  deltalog demo\n"
+    "  deltalog demo /tmp/chat.lmdb --turns 1000\n"
+    "  deltalog demo --turns 20 --snapshot-every 10 --json",
+)
+@store_path(exists=False)
+@click.option(
+    "--turns", type=click.IntRange(1, 1_000_000), default=50, show_default=True, help="Chat turns."
+)
+@click.option("--thread", "thread_id", default="demo", show_default=True, help="Thread id.")
+@click.option(
+    "--snapshot-every",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="Updates of the messages channel per _DeltaSnapshot seed.",
+)
+@click.option(
+    "--show",
+    "show_last",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="Last turns to print.",
+)
+@json_option
+def demo_cmd(
+    path: Path,
+    turns: int,
+    thread_id: str,
+    snapshot_every: int,
+    show_last: int,
+    as_json: bool,
+) -> None:
+    """Run a LangGraph chat with a DeltaChannel on a local store; print its tail and bytes per turn.
+
+    A real compiled StateGraph whose messages field is a DeltaChannel, a
+    deterministic fake model (no network, no API key), checkpointed by
+    DeltaLogSaver in PATH (default ./deltalog-demo.lmdb). Running it again
+    continues the conversation. Then try `deltalog history PATH demo`.
+    """
+    out = Output(as_json)
+    with progress_bar(out, transient=True) as bar:
+        task = bar.add_task("chatting", total=turns)
+        result = run_demo(
+            path,
+            turns=turns,
+            thread_id=thread_id,
+            snapshot_every=snapshot_every,
+            on_turn=lambda done: bar.update(task, completed=done),
+        )
+    if as_json:
+        out.json(result.to_dict(last_messages=2 * show_last))
+        return
+    last = result.first_turn + turns - 1
+    out.console.print(
+        f"[bold]{turns} turns[/bold] (turns {result.first_turn}–{last}) on thread "
+        f"{thread_id!r} in {path}: {len(result.messages)} messages, {result.checkpoints:,} "
+        f"checkpoints, {human_bytes(result.thread_bytes)} stored"
+    )
+    if show_last:
+        out.console.print(f"\n[bold]last {min(show_last, last)} turn(s)[/bold]")
+        print_messages(out, result.messages[-2 * show_last :])
+    out.console.print("\n[bold]bytes per turn[/bold] (stored growth vs. size of the whole state)")
+    for s in result.samples:
+        out.console.print(
+            f"  turn {s.turn:>6,}: +{s.bytes_per_turn:>8,.0f} B/turn   thread "
+            f"{human_bytes(s.thread_bytes):>10}   state {human_bytes(s.state_bytes):>10}"
+        )
+    out.console.print(
+        f"\nnext: deltalog history {path} {thread_id}  ·  deltalog show {path} {thread_id}"
+    )
+
+
+# -- migrate -----------------------------------------------------------------------------------------
+
+
+@click.command(
+    "migrate",
+    short_help="Copy threads to or from SQLite / PostgreSQL.",
+    context_settings=CONTEXT_SETTINGS,
+    epilog="Examples:\n\n\b\n"
+    "  deltalog migrate chat.lmdb --to postgresql://app@db.internal/chat\n"
+    "  deltalog migrate chat.lmdb --to sqlite:chat.sqlite thread-1 thread-2\n"
+    "  deltalog migrate chat.lmdb --from sqlite:old.sqlite --json",
+)
+@store_path(exists=False)
+@click.argument("thread_ids", metavar="[THREAD]...", nargs=-1)
+@click.option("--to", "to_uri", metavar="URI", help="Copy PATH's threads into this saver.")
+@click.option("--from", "from_uri", metavar="URI", help="Copy this saver's threads into PATH.")
+@click.option("--no-verify", is_flag=True, help="Skip listing the target afterwards.")
+@json_option
+def migrate_cmd(
+    path: Path,
+    thread_ids: tuple[str, ...],
+    to_uri: str | None,
+    from_uri: str | None,
+    no_verify: bool,
+    as_json: bool,
+) -> None:
+    """Copy threads (all by default) between PATH and another LangGraph saver.
+
+    URI is sqlite:FILE (SqliteSaver) or postgresql://user:pass@host/db
+    (PostgresSaver; tables are created if missing). Every checkpoint and
+    write goes through the target's own put/put_writes, oldest first, so the
+    target reads the threads natively and graphs continue on it — delta
+    channels included. Resumable: run it again after an interruption and
+    checkpoints already copied are skipped. Verifies at the end that the
+    target lists every checkpoint; exit status 1 if not.
+    """
+    out = Output(as_json)
+    if (to_uri is None) == (from_uri is None):
+        raise click.UsageError("pass exactly one of --to URI or --from URI")
+    if to_uri is not None and not path.is_dir():
+        raise click.BadParameter(f"no store at {path}", param_hint="PATH")
+    uri = to_uri or from_uri or ""
+    with open_saver(path, readonly=to_uri is not None) as store, open_saver_uri(uri) as other:
+        source: BaseCheckpointSaver[Any] = store if to_uri else other
+        target: BaseCheckpointSaver[Any] = other if to_uri else store
+        plan = plan_migration(source, target, list(thread_ids) or None)
+        with progress_bar(out) as bar:
+            task = bar.add_task("migrating checkpoints", total=plan.total)
+            report = run_migration(
+                plan, source, target, on_checkpoint=lambda: bar.advance(task), verify=not no_verify
+            )
+    src = str(path) if to_uri else describe_uri(uri)
+    dst = describe_uri(uri) if to_uri else str(path)
+    if as_json:
+        out.json({"source": src, "target": dst, **report.to_dict()})
+    else:
+        out.console.print(
+            f"{src} → {dst}: {report.threads:,} threads, {report.checkpoints:,} checkpoints "
+            f"and {report.writes:,} writes copied, {report.skipped:,} already there"
+            + (f"; {report.hidden:,} were hidden in the source" if report.hidden else "")
+        )
+        if not no_verify:
+            out.console.print(
+                "[green]verified[/green]: the target lists every checkpoint"
+                if report.verified
+                else f"[red]NOT verified[/red]: {len(report.missing)} missing, e.g. {report.missing[:3]}"
+            )
+    if not no_verify and not report.verified:
+        raise MigrationError(f"{len(report.missing)} checkpoint(s) missing from the target")
+
+
+for _command in (
+    demo_cmd,
+    threads_cmd,
+    history_cmd,
+    show_cmd,
+    diff_cmd,
+    stats_cmd,
+    verify_cmd,
+    prune_cmd,
+    copy_cmd,
+    delete_cmd,
+    compact_cmd,
+    backup_cmd,
+    export_cmd,
+    import_cmd,
+    migrate_cmd,
+):
+    cli.add_command(_command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; return the exit status (0 ok, 1 error, 2 usage error).
+
+    Args:
+        argv: Arguments without the program name (``sys.argv[1:]`` by default).
+    """
+    try:
+        cli.main(args=argv, prog_name="deltalog", standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.Abort:
+        click.echo("Aborted!", err=True)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (`deltalog export … | head`): stop quietly, and
+        # keep Python from complaining again when it flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,485 @@
+"""Operator commands: ``verify``, ``prune``, ``copy``, ``delete``, ``compact``, ``backup``,
+``export`` and ``import``.
+
+Each is one call of a public :class:`~deltalog.engine.DeltaLogSaver` method
+whose report is printed (``--json``: its ``to_dict()``).
+
+The export stream (``deltalog export``, format ``deltalog-export`` version 1)
+is JSON Lines: one JSON object per line, the first the header
+``{"kind": "header", "format": "deltalog-export", "version": 1}``, then the
+``checkpoint``, ``blob`` and ``write`` records of
+:meth:`DeltaLogSaver.export_records`. Values stay exactly as the saver's serde
+wrote them; every ``bytes`` field is written as ``{"$b64": "<base64>"}``.
+docs/cli.md documents every field.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import click
+from deltalog.engine.cli_common import (
+    CONTEXT_SETTINGS,
+    CliError,
+    Output,
+    age_option,
+    graph_option,
+    human_bytes,
+    json_option,
+    load_graph,
+    open_saver,
+    progress_bar,
+    store_path,
+)
+from deltalog.engine.reports import RemovalReport, VerifyReport
+from rich.markup import escape
+from rich.table import Table
+
+__all__ = [
+    "backup_cmd",
+    "compact_cmd",
+    "copy_cmd",
+    "decode_record",
+    "delete_cmd",
+    "encode_record",
+    "export_cmd",
+    "import_cmd",
+    "prune_cmd",
+    "verify_cmd",
+]
+
+_B64 = "$b64"
+
+
+def _epilog(*examples: str) -> str:
+    return "Examples:\n\n\b\n" + "\n".join(f"  {e}" for e in examples)
+
+
+# -- the export stream ------------------------------------------------------------------------
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {_B64: base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, Mapping):
+        if list(value) == [_B64]:
+            raise CliError(
+                f"cannot export a mapping whose only key is {_B64!r}: it would read back as bytes"
+            )
+        return {str(k): _encode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v) for v in value]
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if len(value) == 1 and _B64 in value:
+            return base64.b64decode(value[_B64], validate=True)
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
+def encode_record(record: Mapping[str, Any]) -> str:
+    """One export record as a JSON line (no newline), bytes as ``{"$b64": ...}``.
+
+    >>> encode_record({"kind": "blob", "value": ["msgpack", b"\\x01"]})
+    '{"kind":"blob","value":["msgpack",{"$b64":"AQ=="}]}'
+    """
+    return json.dumps(_encode(record), ensure_ascii=False, separators=(",", ":"))
+
+
+def decode_record(line: str) -> dict[str, Any]:
+    """Inverse of :func:`encode_record`.
+
+    >>> decode_record('{"kind":"blob","value":["msgpack",{"$b64":"AQ=="}]}')
+    {'kind': 'blob', 'value': ['msgpack', b'\\x01']}
+
+    Raises:
+        ValueError: The line is not a JSON object.
+    """
+    value = json.loads(line)
+    if not isinstance(value, dict):
+        raise ValueError(f"export line is not a JSON object: {line[:80]!r}")
+    decoded: dict[str, Any] = _decode(value)
+    return decoded
+
+
+def _read_lines(stream: IO[str]) -> Iterator[dict[str, Any]]:
+    for number, line in enumerate(stream, 1):
+        if not line.strip():
+            continue
+        try:
+            yield decode_record(line)
+        except ValueError as exc:
+            raise CliError(f"line {number} of the import stream: {exc}") from exc
+
+
+# -- verify --------------------------------------------------------------------------------------
+
+
+@click.command(
+    "verify",
+    short_help="Check every chain and record (exit 1 on errors).",
+    context_settings=CONTEXT_SETTINGS,
+    epilog=_epilog(
+        "deltalog verify chat.lmdb",
+        "deltalog verify chat.lmdb thread-1 thread-2 --deep",
+        "deltalog verify chat.lmdb --json",
+    ),
+)
+@store_path()
+@click.argument("thread_ids", metavar="[THREAD]...", nargs=-1)
+@click.option(
+    "--deep", is_flag=True, help="Also deserialize every checkpoint, value and write (slower)."
+)
+@json_option
+def verify_cmd(path: Path, thread_ids: tuple[str, ...], deep: bool, as_json: bool) -> None:
+    """Check every chain and record; exit status 1 if an error is found.
+
+    Finds dangling parents, delta channels that cannot reach a seed or the
+    root, undecodable records (with --deep also values the serializer cannot
+    load), values nothing references and writes without a checkpoint. Read-only.
+    """
+    out = Output(as_json)
+    with open_saver(path, readonly=True) as saver:
+        report: VerifyReport = saver.verify(list(thread_ids) or None, deep=deep)
+    if as_json:
+        out.json(report.to_dict())
+    else:
+        errors = sum(p.severity == "error" for p in report.problems)
+        warnings = len(report.problems) - errors
+        out.console.print(
+            f"{'[green]ok[/green]' if report.ok else '[red]FAILED[/red]'}: {report.threads:,} "
+            f"threads, {report.checkpoints:,} checkpoints, {report.records:,} records; "
+            f"{errors} errors, {warnings} warnings"
+        )
+        if report.problems:
+            table = Table(box=None)
+            for col in ("severity", "kind", "thread", "namespace", "checkpoint", "detail"):
+                table.add_column(col, overflow="fold")
+            for p in report.problems:
+                table.add_row(
+                    p.severity,
+                    p.kind,
+                    escape(p.thread_id or ""),
+                    escape(p.checkpoint_ns or ""),
+                    p.checkpoint_id or "",
+                    escape(p.detail),
+                )
+            out.console.print(table)
+    if not report.ok:
+        click.get_current_context().exit(1)
+
+
+# -- prune ------------------------------------------------------------------------------------------
+
+
+def _print_removal(out: Output, report: RemovalReport, verb: str) -> None:
+    if out.as_json:
+        out.json(report.to_dict())
+        return
+    would = "would remove" if report.dry_run else verb
+    out.console.print(
+        f"{report.threads} thread(s): {would} {report.checkpoints:,} checkpoints, "
+        f"{report.writes:,} writes, {report.blobs:,} values ({human_bytes(report.bytes)})"
+        + (f"; {report.hidden:,} kept hidden for delta chains" if report.hidden else "")
+        + (f"; {report.seeds:,} seeds written" if report.seeds else "")
+        + (" [dim](dry run: nothing written)[/dim]" if report.dry_run else "")
+    )
+
+
+@click.command(
+    "prune",
+    short_help="Remove old checkpoints; kept states stay exact.",
+    context_settings=CONTEXT_SETTINGS,
+    epilog=_epilog(
+        "deltalog prune chat.lmdb thread-1 --dry-run",
+        "deltalog prune chat.lmdb thread-1 thread-2 --keep-last 5",
+        "deltalog prune chat.lmdb --all --older-than 30d --graph myapp.agent:graph",
+    ),
+)
+@store_path()
+@click.argument("thread_ids", metavar="THREAD...", nargs=-1)
+@click.option("--all", "all_threads", is_flag=True, help="Prune every thread of the store.")
+@click.option(
+    "--keep-latest",
+    "keep_latest",
+    is_flag=True,
+    help="Keep only the latest checkpoint of each namespace (the default).",
+)
+@click.option(
+    "--keep-last",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Keep the newest N checkpoints of each namespace.",
+)
+@age_option
+@click.option("--dry-run", is_flag=True, help="Report what would be removed; change nothing.")
+@graph_option
+@json_option
+def prune_cmd(
+    path: Path,
+    thread_ids: tuple[str, ...],
+    all_threads: bool,
+    keep_latest: bool,
+    keep_last: int | None,
+    older_than: Any,
+    dry_run: bool,
+    graph_spec: str | None,
+    as_json: bool,
+) -> None:
+    """Remove old checkpoints of threads without changing any kept state.
+
+    Delta channels stay exact: a kept checkpoint whose delta channels replay
+    older writes keeps the minimal chain back to their seed (hidden from
+    history), or, with --graph, gets a fresh seed so the chain can go.
+    Combine --keep-last and --older-than to keep the union. LMDB reuses the
+    freed pages; `deltalog compact` returns them to the OS.
+    """
+    out = Output(as_json)
+    if keep_latest and (keep_last is not None or older_than is not None):
+        raise click.UsageError("--keep-latest cannot be combined with --keep-last/--older-than")
+    if bool(thread_ids) == all_threads:
+        raise click.UsageError("name the threads to prune, or pass --all (not both)")
+    graph = load_graph(graph_spec) if graph_spec else None
+    with open_saver(path) as saver:
+        tids = [t.thread_id for t in saver.threads()] if all_threads else list(thread_ids)
+        report = saver.prune(
+            tids,
+            strategy="keep_latest",
+            keep_last=keep_last,
+            older_than=older_than,
+            reducers=graph,
+            dry_run=dry_run,
+        )
+    _print_removal(out, report, "removed")
+
+
+# -- copy / delete ------------------------------------------------------------------------------
+
+
+@click.command(
+    "copy",
+    short_help="Copy a thread to a new thread id.",
+    context_settings=CONTEXT_SETTINGS,
+    epilog=_epilog(
+        "deltalog copy chat.lmdb thread-1 thread-1-experiment",
+        "deltalog copy chat.lmdb thread-1 thread-2 --json",
+    ),
+)
+@store_path()
+@click.argument("source", metavar="SRC")
+@click.argument("target", metavar="DST")
+@json_option
+def copy_cmd(path: Path, source: str, target: str, as_json: bool) -> None:
+    """Copy thread SRC to the new thread DST: every namespace, checkpoint, write and value.
+
+    One transaction; ids, parents and metadata are kept, so DST has SRC's
+    history and continues independently. DST must not exist yet.
+    """
+    out = Output(as_json)
+    with open_saver(path) as saver:
+        report = saver.copy_thread(source, target)
+    if not report.found:
+        raise CliError(f"thread {source!r} has no checkpoints; nothing copied")
+    if as_json:
+        out.json(report.to_dict())
+    else:
+        out.console.print(
+            f"copied {escape(source)!r} → {escape(target)!r}: {report.checkpoints:,} checkpoints, "
+            f"{report.writes:,} writes, {report.blobs:,} values"
+        )
+
+
+@click.command(
+    "delete",
+    short_help="Delete threads and everything they hold.",
+    context_settings=CONTEXT_SETTINGS,
+    epilog=_epilog(
+        "deltalog delete chat.lmdb thread-1",
+        "deltalog delete chat.lmdb thread-1 thread-2 --dry-run --json",
+    ),
+)
+@store_path()
+@click.argument("thread_ids", metavar="THREAD...", nargs=-1, required=True)
+@click.option("--dry-run", is_flag=True, help="Report what would be deleted; change nothing.")
+@json_option
+def delete_cmd(path: Path, thread_ids: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
+    """Delete threads: every checkpoint, write and value, each thread in one transaction.
+
+    Fails (deleting nothing) if a named thread does not exist.
+    """
+    out = Output(as_json)
+    with open_saver(path) as saver:
+        found = {t.thread_id: t for t in saver.threads() if t.thread_id in set(thread_ids)}
+        missing = [t for t in thread_ids if t not in found]
+        if missing:
+            raise CliError(f"no such thread(s): {', '.join(map(repr, missing))}; nothing deleted")
+        if not dry_run:
+            for thread_id in dict.fromkeys(thread_ids):
+                saver.delete_thread(thread_id)
+    rows: list[dict[str, Any]] = [
+        {
+            "thread_id": t.thread_id,
+            "checkpoints": t.checkpoints,
+            "writes": t.writes,
+            "bytes": t.bytes,
+        }
+        for t in found.values()
+    ]
+    if as_json:
+        out.json({"dry_run": dry_run, "deleted": rows})
+        return
+    verb = "would delete" if dry_run else "deleted"
+    for r in rows:
+        out.console.print(
+            f"{verb} {escape(r['thread_id'])!r}: {r['checkpoints']:,} checkpoints, "
+            f"{r['writes']:,} writes, {human_bytes(r['bytes'])}"
+        )
+
+
+# -- compact / backup ------------------------------------------------------------------------------
+
+
+@click.command(
+    "compact",
+    short_help="Write a compacted copy of the store.",
+    context_settings=CONTEXT_SETTINGS,
+    epilog=_epilog("deltalog compact chat.lmdb chat-compact.lmdb"),
+)
+@store_path()
+@click.argument("dest", metavar="DEST", type=click.Path(file_okay=False, path_type=Path))
+@json_option
+def compact_cmd(path: Path, dest: Path, as_json: bool) -> None:
+    """Write a compacted copy of the store to DEST (a new folder).
+
+    LMDB reuses freed pages but never shrinks its file; the copy holds only
+    live pages. Safe while writers run. To compact in place, stop every
+    process using the store, then swap the folders.
+    """
+    out = Output(as_json)
+    with open_saver(path, readonly=True) as saver:
+        report = saver.compact(dest)
+    if as_json:
+        out.json(report.to_dict())
+    else:
+        out.console.print(
+            f"compacted {path} ({human_bytes(report.bytes_before)}) → {dest} "
+            f"({human_bytes(report.bytes_after)})"
+        )
+
+
+@click.command(
+    "backup",
+    short_help="Copy the store consistently while it is in use.",
+    context_settings=CONTEXT_SETTINGS,
+    epilog=_epilog(
+        "deltalog backup chat.lmdb /backups/chat-$(date +%F).lmdb",
+        "deltalog backup chat.lmdb /backups/chat.lmdb --compact --json",
+    ),
+)
+@store_path()
+@click.argument("dest", metavar="DEST", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--compact", is_flag=True, help="Leave free pages out of the copy.")
+@json_option
+def backup_cmd(path: Path, dest: Path, compact: bool, as_json: bool) -> None:
+    """Copy the store to DEST (a new folder) consistently while it is in use.
+
+    The copy is one read snapshot: every checkpoint committed before it
+    started is in it, none is half in it. Writers are not paused. Open the
+    copy like any store (it is one).
+    """
+    out = Output(as_json)
+    with open_saver(path, readonly=True) as saver:
+        report = saver.backup(dest, compact=compact)
+    if as_json:
+        out.json(report.to_dict())
+    else:
+        out.console.print(f"backed up {path} → {dest} ({human_bytes(report.bytes_after)})")
+
+
+# -- export / import ------------------------------------------------------------------------------
+
+
+@click.command(
+    "export",
+    short_help="Write threads as a portable JSON Lines stream.",
+    context_settings=CONTEXT_SETTINGS,
+    epilog=_epilog(
+        "deltalog export chat.lmdb > all.jsonl",
+        "deltalog export chat.lmdb thread-1 thread-2 -o two.jsonl",
+        "deltalog export chat.lmdb | gzip > chat.jsonl.gz",
+    ),
+)
+@store_path()
+@click.argument("thread_ids", metavar="[THREAD]...", nargs=-1)
+@click.option(
+    "-o",
+    "--output",
+    type=click.File("w", encoding="utf-8", lazy=True),
+    default="-",
+    help="Write here instead of stdout.",
+)
+def export_cmd(path: Path, thread_ids: tuple[str, ...], output: IO[str]) -> None:
+    """Write threads (all by default) as a portable stream: JSON Lines, format version 1.
+
+    Every checkpoint, value and write, exactly as the saver's serializer
+    stored it, so `deltalog import` rebuilds identical threads in any store.
+    The format is documented in docs/cli.md.
+    """
+    out = Output()
+    with open_saver(path, readonly=True) as saver:
+        summaries = {t.thread_id: t for t in saver.threads()}
+        missing = [t for t in thread_ids if t not in summaries]
+        if missing:
+            raise CliError(f"no such thread(s): {', '.join(map(repr, missing))}")
+        chosen = list(thread_ids) or list(summaries)
+        total = sum(
+            summaries[t].checkpoints + summaries[t].writes + summaries[t].blobs for t in chosen
+        )
+        with progress_bar(out) as bar:
+            task = bar.add_task("exporting records", total=total)
+            for record in saver.export_records(chosen):
+                output.write(encode_record(record) + "\n")
+                bar.advance(task)
+    output.flush()
+
+
+@click.command(
+    "import",
+    short_help="Import an export stream into a store.",
+    context_settings=CONTEXT_SETTINGS,
+    epilog=_epilog(
+        "deltalog import new.lmdb < all.jsonl",
+        "deltalog import new.lmdb all.jsonl --json",
+        "gunzip -c chat.jsonl.gz | deltalog import new.lmdb",
+    ),
+)
+@store_path(exists=False)
+@click.argument("source", metavar="[FILE]", type=click.File("r", encoding="utf-8"), default="-")
+@json_option
+def import_cmd(path: Path, source: IO[str], as_json: bool) -> None:
+    """Import a `deltalog export` stream (from FILE or stdin) into the store at PATH.
+
+    One transaction: all of it or, on any error, nothing. The store is
+    created if missing; a thread that already exists there is refused.
+    """
+    out = Output(as_json)
+    if source.isatty():
+        raise click.UsageError("pass FILE or pipe an export stream: deltalog import PATH < file")
+    records: Iterable[dict[str, Any]] = _read_lines(source)
+    with open_saver(path) as saver:
+        counts = saver.import_records(records)
+    if as_json:
+        out.json(counts)
+    else:
+        out.console.print(
+            "imported " + ", ".join(f"{n:,} {kind}" for kind, n in counts.items()) + f" into {path}"
+        )

@@ -1,0 +1,296 @@
+"""Smoke tests of the benchmark package (``deltalog.bench``) on tiny configurations."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalog.bench import cli, peers, raw_ops
+from deltalog.bench.graphs import build_graph, canonical, expected_messages, human_message
+from deltalog.bench.peers import REGISTRY, OpenPeer, PeerContext, PeerSpec, memory_saver_bytes
+from deltalog.bench.pgserver import find_pg_bindir, local_postgres, postgres_reachable
+from deltalog.bench.report import evaluate_targets
+from deltalog.bench.runner import RunOptions, percentile, run_bench
+from deltalog.bench.scenarios import (
+    BenchPlan,
+    ChatScenario,
+    delta,
+    quick_plan,
+    select_plan,
+)
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
+
+DELTALOG_IMPORTS = REGISTRY["deltalog"].check() is None
+SAVERS = "memory,sqlite" + (",deltalog" if DELTALOG_IMPORTS else "")
+
+
+class DroppingSaver(InMemorySaver):
+    """An InMemorySaver that silently loses the write of the AI reply of turn 1."""
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        for _channel, value in writes:
+            if isinstance(value, list) and any(getattr(m, "id", None) == "a1" for m in value):
+                return
+        super().put_writes(config, writes, task_id, task_path)
+
+
+@contextlib.contextmanager
+def _open_dropping(ctx: PeerContext) -> Iterator[OpenPeer]:
+    saver = DroppingSaver()
+    yield OpenPeer(saver, lambda: memory_saver_bytes(saver))
+
+
+DROPPING = PeerSpec("dropping", "DroppingSaver", _open_dropping, durable=False)
+
+
+def _tiny_plan(turns: int = 5) -> BenchPlan:
+    plan = select_plan(
+        quick_plan(), scenarios=["chat-delta-sf100", "throughput"], turns=turns, threads=[1, 2]
+    )
+    assert plan.throughput is not None
+    return dataclasses.replace(
+        plan, throughput=dataclasses.replace(plan.throughput, seconds=0.2, repeats=1)
+    )
+
+
+def test_cli_inprocess_writes_json_markdown_and_plots(tmp_path: Path) -> None:
+    """A 5-turn run of every figure writes results.json, results.md and the PNG plots."""
+    out = tmp_path / "out"
+    code = cli.main(
+        [
+            "--quick",
+            "--scenario",
+            "chat-delta-sf100,agent-delta-sf100,throughput",
+            "--turns",
+            "5",
+            "--threads",
+            "1,2",
+            "--savers",
+            SAVERS,
+            "--isolation",
+            "inprocess",
+            "--no-pg",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    data = json.loads((out / "results.json").read_text())
+    assert data["ok"] is True
+    assert data["failures"] == []
+    assert {"meta", "peers", "chat", "throughput", "ratios", "targets", "subject"} <= set(data)
+    assert data["meta"]["scenarios"] == ["chat-delta-sf100", "agent-delta-sf100", "throughput"]
+    chat = {c["scenario"]: c for c in data["chat"]}
+    sf100 = chat["chat-delta-sf100"]
+    assert sf100["turns"] == 5
+    assert sf100["expected_messages"] == 10
+    for name in SAVERS.split(","):
+        res = sf100["savers"][name]
+        assert res["correct"] is True, res
+        assert res["error"] is None
+        assert len(res["invoke_ms"]) == 5
+        assert res["bytes_series"][-1][0] == 5
+        assert res["total_bytes"] > 0
+        for key in ("invoke_early", "invoke_late", "get_state", "history", "delta_history"):
+            assert set(res[key]) == {"p50_ms", "p95_ms", "n"}
+        assert res["rss_peak_bytes"] is None  # in-process: no per-saver RSS
+    assert chat["agent-delta-sf100"]["expected_messages"] > 10  # tool calls happened
+    tp = data["throughput"]
+    assert tp["threads"] == [1, 2]
+    for name in SAVERS.split(","):
+        assert [p["threads"] for p in tp["savers"][name]] == [1, 2]
+        assert all(p["checkpoints_per_s"] > 0 for p in tp["savers"][name])
+    assert len(data["targets"]) == 9
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    for scenario in ("chat-delta-sf100", "agent-delta-sf100"):
+        for kind in ("bytes", "latency", "reads"):
+            assert f"{scenario}-{kind}.png" in pngs
+    assert "throughput.png" in pngs
+    for png in out.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "chat-delta-sf100" in (out / "results.md").read_text()
+
+    # --from-json re-renders a finished run without running anything.
+    again = tmp_path / "again"
+    code = cli.main(["--from-json", str(out / "results.json"), "--out", str(again), "--no-plots"])
+    assert code == 0
+    assert (again / "results.md").read_text() == (out / "results.md").read_text()
+
+
+def test_process_isolation_measures_rss(tmp_path: Path) -> None:
+    """Spawned workers report their own peak RSS and the same final state."""
+    plan = BenchPlan(
+        chat=(ChatScenario(name="chat-delta-sf10", field=delta(10), turns=4, read_repeats=1),),
+        throughput=None,
+    )
+    result = run_bench(plan, RunOptions(peers=("memory", "sqlite"), workdir=tmp_path))
+    assert result.ok, result.failures
+    for res in result.chat[0].savers.values():
+        assert res.correct is True
+        assert res.rss_peak_bytes is not None and res.rss_baseline_bytes is not None
+        assert res.rss_peak_bytes >= res.rss_baseline_bytes > 0
+
+
+def test_wrong_state_fails_the_run(tmp_path: Path) -> None:
+    """A saver that loses one write ends with a wrong state, and the run fails."""
+    plan = BenchPlan(
+        chat=(ChatScenario(name="chat-delta-sf100", field=delta(100), turns=4, read_repeats=1),),
+        throughput=None,
+    )
+    options = RunOptions(
+        peers=("memory", "dropping"),
+        workdir=tmp_path,
+        isolation="inprocess",
+        extra_peers={"dropping": DROPPING},
+    )
+    result = run_bench(plan, options)
+    assert not result.ok
+    savers = result.chat[0].savers
+    assert savers["memory"].correct is True
+    assert savers["dropping"].correct is False
+    assert savers["dropping"].mismatch is not None and "a1" in savers["dropping"].mismatch
+    assert any("dropping has a wrong state" in f for f in result.failures)
+
+
+def test_cli_exits_1_on_wrong_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``deltalog bench`` exits 1 and records ok=false when a final state is wrong."""
+    monkeypatch.setitem(peers.REGISTRY, "dropping", DROPPING)
+    out = tmp_path / "out"
+    code = cli.main(
+        [
+            "--scenario",
+            "chat-delta-sf100",
+            "--turns",
+            "4",
+            "--savers",
+            "memory,dropping",
+            "--subject",
+            "dropping",
+            "--isolation",
+            "inprocess",
+            "--no-plots",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 1
+    data = json.loads((out / "results.json").read_text())
+    assert data["ok"] is False
+    assert data["chat"][0]["savers"]["dropping"]["correct"] is False
+
+
+def test_cli_rejects_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
+    """Unknown savers or scenarios are usage errors (exit 2) naming the choices."""
+    assert cli.main(["--savers", "nosuch"]) == 2
+    assert "choose from" in capsys.readouterr().err
+    assert cli.main(["--scenario", "nosuch"]) == 2
+    assert "chat-delta-sf100" in capsys.readouterr().err
+    assert cli.main(["--help"]) == 0
+    assert "--quick" in capsys.readouterr().out
+
+
+def test_expected_messages_match_a_real_graph() -> None:
+    """The saver-free reference equals what the agent graph produces on InMemorySaver."""
+    scenario = ChatScenario(name="agent", field=delta(3), turns=7, tool_every=3)
+    graph = build_graph(scenario, InMemorySaver())
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+    for turn in range(scenario.turns):
+        graph.invoke({"messages": [human_message(scenario, turn)]}, config)
+    got = canonical(graph.get_state(config).values["messages"])
+    assert got == canonical(expected_messages(scenario))
+    assert sum(1 for m in got if m[0] == "tool") == 2
+
+
+def test_scenarios_sample_the_last_100_turns() -> None:
+    """Bytes are sampled at turn N-100 so bytes/turn over the last 100 turns is exact."""
+    scenario = ChatScenario(name="x", field=delta(100), turns=1000, sample_every=30)
+    assert {1, 900, 1000} <= scenario.sample_turns()
+    with pytest.raises(ValueError, match="unknown scenario"):
+        select_plan(quick_plan(), scenarios=["nosuch"])
+    with pytest.raises(ValueError, match="snapshot_frequency"):
+        delta(0)
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+
+
+def test_targets_are_na_without_subject(tmp_path: Path) -> None:
+    """Targets report n/a, not PASS or FAIL, when the subject did not run."""
+    plan = BenchPlan(
+        chat=(ChatScenario(name="chat-delta-sf100", field=delta(100), turns=2, read_repeats=1),),
+        throughput=None,
+    )
+    result = run_bench(plan, RunOptions(peers=("memory",), isolation="inprocess"))
+    verdicts = evaluate_targets(result, subject="deltalog")
+    assert {v.status for v in verdicts} == {"n/a"}
+
+
+def _pytest_raw_ops(*extra: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DELTALOG_RAW_OPS_TURNS": "3", "DELTALOG_BENCH_PG": ""}
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            raw_ops.__file__,
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "memory or (sqlite and not async)",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_raw_ops_run_once_with_benchmark_disabled() -> None:
+    """The pytest-benchmark raw operations run (once each) under --benchmark-disable."""
+    proc = _pytest_raw_ops("--benchmark-disable")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "10 passed" in proc.stdout
+
+
+def test_raw_ops_skip_without_the_plugin() -> None:
+    """With the pytest-benchmark plugin disabled every raw-ops case skips, none fails."""
+    proc = _pytest_raw_ops("-p", "no:benchmark")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "10 skipped" in proc.stdout
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(find_pg_bindir() is None, reason="postgresql server binaries not installed")
+def test_local_postgres_starts_and_the_postgres_peer_measures_bytes(tmp_path: Path) -> None:
+    """The throwaway server answers, and PostgresSaver's relation sizes are counted."""
+    with local_postgres() as dsn:
+        assert postgres_reachable(dsn) is None
+        ctx = PeerContext(workdir=tmp_path, pg_dsn=dsn)
+        scenario = ChatScenario(name="pg", field=delta(100), turns=2)
+        with REGISTRY["postgres"].open(ctx) as peer:
+            before = peer.bytes_fn()
+            graph = build_graph(scenario, peer.saver)
+            for turn in range(scenario.turns):
+                graph.invoke(
+                    {"messages": [human_message(scenario, turn)]},
+                    {"configurable": {"thread_id": "t"}},
+                )
+            assert peer.bytes_fn() > before
