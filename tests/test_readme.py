@@ -1,0 +1,34 @@
+"""The README's example runs as written, and its two commands are what CI runs."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def test_readme_example_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The 10-line example compiles a graph on a real store and prints the reply."""
+    code = re.search(r"```python\n(.*?)```", README, re.S)
+    assert code is not None
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code.group(1), "README.md", "exec"), {})
+    assert capsys.readouterr().out.strip() == "echo 1"
+    assert (tmp_path / "chat.lmdb" / "data.mdb").exists()
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    """.ci/run ends with exactly the test command the README gives."""
+    commands = re.findall(r"```bash\n(.*?)\n```", README, re.S)
+    assert len(commands) >= 2, "README must start with the demo and the test command"
+    test_command = commands[1].strip()
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
+    assert ci[-1].strip() == test_command
+    assert os.access(ROOT / ".ci" / "run", os.X_OK)
