@@ -35,7 +35,9 @@ Encodings (all big-endian, every one order-preserving and self-delimiting):
 * ``i32 sign-shifted`` — ``idx + 2**31`` as u32, so special writes (-1…-4)
   sort before regular ones (R1).
 * ``ver`` — a channel version: ``0x01`` + i64 sign-shifted for ints,
-  ``0x02`` + order-preserving float64 bits, ``0x03`` + ``str``.
+  ``0x02`` + order-preserving float64 bits, ``0x04`` + u64 counter + ``str``
+  for the savers' ``"<32-digit counter>.<random>"`` strings, else ``0x03`` +
+  ``str``.
 * ``run`` — ``0x10`` + 16 bytes for a UUID run id, ``0x30`` + ``str`` up to
   400 bytes, else ``0x40`` + sha256 (the index only narrows the search; the
   checkpoint record's ``run_id`` is compared before anything is deleted).
@@ -106,6 +108,10 @@ _RUN_HASH: Final = 0x40
 _VER_INT: Final = 0x01
 _VER_FLOAT: Final = 0x02
 _VER_STR: Final = 0x03
+_VER_COUNTER: Final = 0x04
+# LangGraph's own saver version format: a 32-digit zero-padded counter, a dot,
+# then a random part. Stored as u64 counter + the rest: 20 bytes, not 52.
+_COUNTER_VERSION: Final = re.compile(r"(\d{32})\.(.*)\Z", re.S)
 
 _UUID_TAG: Final = bytes((_ID_UUID,))
 # Only the canonical form (lowercase, hyphenated) maps to 16 bytes, so decoding
@@ -216,6 +222,9 @@ def encode_version(version: str | int | float) -> bytes:
         bits = bits ^ 0xFFFFFFFFFFFFFFFF if bits >> 63 else bits | (1 << 63)
         return bytes((_VER_FLOAT,)) + _U64.pack(bits)
     if isinstance(version, str):
+        m = _COUNTER_VERSION.match(version)
+        if m is not None and int(m.group(1)) < 2**64:
+            return bytes((_VER_COUNTER,)) + _U64.pack(int(m.group(1))) + encode_str(m.group(2))
         enc = encode_str(version, "channel version")
         if len(enc) > 200:
             raise KeyTooLongError(
@@ -239,6 +248,9 @@ def decode_version(buf: bytes, pos: int) -> tuple[str | int | float, int]:
         return struct.unpack(">d", struct.pack(">Q", bits))[0], pos + 9
     if tag == _VER_STR:
         return decode_str(buf, pos + 1)
+    if tag == _VER_COUNTER:
+        rest, end = decode_str(buf, pos + 9)
+        return f"{_U64.unpack_from(buf, pos + 1)[0]:032}.{rest}", end
     raise ValueError(f"unknown version tag 0x{tag:02x}")
 
 

@@ -231,6 +231,7 @@ class DeltaLogSaver(
     def _to_tuple(self, row: CheckpointRow) -> CheckpointTuple:
         loads = self.serde.loads_typed
         checkpoint: Checkpoint = loads(row.checkpoint)
+        checkpoint["id"] = row.checkpoint_id
         checkpoint["channel_versions"] = dict(row.channel_versions)
         checkpoint["channel_values"] = {k: self._load(v) for k, v in row.values.items()}
         return CheckpointTuple(
@@ -429,6 +430,7 @@ class DeltaLogSaver(
             keys.encode_id(parent_id)
         body: dict[str, Any] = dict(checkpoint)
         body.pop("channel_values", None)
+        body.pop("id")  # the key holds it; re-added on read
         versions = dict(body.pop("channel_versions", None) or {})
         for channel, version in {**versions, **new_versions}.items():
             if not isinstance(channel, str):
@@ -562,11 +564,15 @@ class DeltaLogSaver(
         self.store.write(lambda w: w.delete_thread(tid))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
-        """Next channel version: a zero-padded counter plus a random fraction.
+        """Next channel version: a 32-digit counter, a dot and 32 random bits in hex.
 
         The random part keeps versions unique across forks of one thread, so
-        two branches never share a blob key for different values; the format
-        matches InMemorySaver/PostgresSaver, so migrated threads keep working.
+        two branches never share a blob key for different values. The
+        zero-padded 32-digit counter is the InMemorySaver/PostgresSaver
+        format, so versions compare correctly after a migration either way
+        (their ``get_next_version`` reads only the counter); the shorter
+        random part (8 hex digits instead of 16 decimal) keeps checkpoint
+        records small.
         """
         if current is None:
             current_v = 0
@@ -574,7 +580,7 @@ class DeltaLogSaver(
             current_v = current
         else:
             current_v = int(str(current).split(".")[0])
-        return f"{current_v + 1:032}.{random.random():016}"
+        return f"{current_v + 1:032}.{random.getrandbits(32):08x}"
 
     # -- maintenance (R7, R8) -------------------------------------------------------------
 

@@ -105,7 +105,7 @@ class _RawNode:
         delta = (frozenset(rec[8]) if len(rec) > 8 else frozenset()) | extra_delta
         return cls(
             keys.decode_checkpoint_key(key)[2],
-            rec[0],
+            _parent_out(rec[0]),
             versions,
             frozenset(c for c in delta if c in versions),
             rec[6],
@@ -143,10 +143,12 @@ class _RWLock:
         self._cond = threading.Condition(threading.Lock())
         self._readers = 0
         self._exclusive = False
+        # The exclusive holder may read too (reopening after fork reads the format).
+        self._owner: int | None = None
 
     def acquire_read(self) -> None:
         with self._cond:
-            while self._exclusive:
+            while self._exclusive and self._owner != threading.get_ident():
                 self._cond.wait()
             self._readers += 1
 
@@ -164,6 +166,7 @@ class _RWLock:
             self._exclusive = True
             while self._readers:
                 self._cond.wait()
+            self._owner = threading.get_ident()
         try:
             yield
         finally:
@@ -182,12 +185,14 @@ class _RWLock:
                     self._exclusive = False
                     self._cond.notify_all()
                     return False
+            self._owner = threading.get_ident()
             return True
 
     def release_exclusive(self) -> None:
         """Give up the exclusive side."""
         with self._cond:
             self._exclusive = False
+            self._owner = None
             self._cond.notify_all()
 
 
@@ -269,7 +274,7 @@ class ReadTxn:
             thread_id=self.name_of(keys.KIND_THREAD, t),
             checkpoint_ns=self.name_of(keys.KIND_NS, n),
             checkpoint_id=cid,
-            parent_id=parent,
+            parent_id=_parent_out(parent),
             channel_versions=versions,
             checkpoint=(ctype, cbytes),
             metadata=(mtype, mbytes),
@@ -287,7 +292,7 @@ class ReadTxn:
             return None
         rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
         try:
-            return rec[0], rec[1]
+            return _parent_out(rec[0]), rec[1]
         except Exception as exc:
             raise CorruptRecordError(
                 f"record checkpoints/{key.hex()} has an unexpected shape ({exc})"
@@ -465,7 +470,9 @@ class ReadTxn:
         ids = {c: self.name_id(keys.KIND_CHANNEL, c) for c in channels}
         wanted = {keys.u64(i): c for c, i in ids.items() if i is not None}
         envelopes = self.store.envelopes
-        cursor = env[0]
+        # Records hold the parent as its encoded key bytes, so the walk goes
+        # from record to record without re-encoding ids.
+        cursor: bytes | None = None if env[0] is None else keys.encode_id(env[0])
         steps = 0
         while cursor is not None and not walk.done:
             steps += 1
@@ -474,7 +481,7 @@ class ReadTxn:
                     f"ancestor walk from {checkpoint_id!r} exceeded {MAX_WALK} steps; the "
                     "parent chain loops. Run `deltalog verify`"
                 )
-            key = keys.checkpoint_key(t, n, keys.encode_id(cursor))
+            key = keys.checkpoint_key(t, n, cursor)
             raw = self.txn.get(key, db=self.dbs.checkpoints)
             if raw is None:
                 break
@@ -495,7 +502,8 @@ class ReadTxn:
                 if seeds:
                     wanted = {b: c for b, c in wanted.items() if c in walk.remaining}
             except CorruptRecordError as exc:
-                raise self._damaged(t, n, cursor, exc, needed_by=checkpoint_id) from exc
+                ancestor = keys.decode_checkpoint_key(key)[2]
+                raise self._damaged(t, n, ancestor, exc, needed_by=checkpoint_id) from exc
             cursor = parent
         return walk.result()
 
@@ -766,7 +774,7 @@ class ReadTxn:
                 "thread_id": thread_id,
                 "checkpoint_ns": self.name_of(keys.KIND_NS, int.from_bytes(key[8:16], "big")),
                 "checkpoint_id": keys.decode_id(key, 16)[0],
-                "parent_id": rec[0],
+                "parent_id": _parent_out(rec[0]),
                 "channel_versions": rec[1],
                 "checkpoint": [rec[2], rec[3]],
                 "metadata": [rec[4], rec[5]],
@@ -1031,7 +1039,7 @@ class WriteTxn(ReadTxn):
             if old_run is not None and old_run != run_id:
                 self.txn.delete(keys.run_key(keys.encode_run(old_run), t, n, cid), db=self.dbs.runs)
         record = [
-            parent_id,
+            _parent_in(parent_id),
             channel_versions,
             checkpoint[0],
             checkpoint[1],
@@ -1119,7 +1127,7 @@ class WriteTxn(ReadTxn):
             if cid in plan.unhide:
                 rec[6] &= ~FLAG_HIDDEN
             if cid in plan.relink:
-                rec[0] = plan.relink[cid]
+                rec[0] = _parent_in(plan.relink[cid])
             self.txn.put(key, self.codec.encode(rec), db=self.dbs.checkpoints)
         keep = self.referenced_blob_keys(
             t, n, (v for c, v in versions.items() if c not in plan.delete)
@@ -1774,6 +1782,20 @@ def _after_fork_in_parent() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
+
+
+def _parent_in(parent_id: str | None) -> bytes | None:
+    """A parent id as stored in a checkpoint record: its encoded key bytes."""
+    return None if parent_id is None else keys.encode_id(parent_id)
+
+
+def _parent_out(stored: Any) -> str | None:
+    """The parent id string of a stored checkpoint record."""
+    if stored is None:
+        return None
+    if isinstance(stored, str):  # never written by this format; tolerated on read
+        return stored
+    return keys.decode_id(bytes(stored), 0)[0]
 
 
 def _prefix_end(prefix: bytes) -> bytes:

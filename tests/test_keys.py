@@ -133,3 +133,26 @@ def test_run_key_round_trip(run_id: str) -> None:
     key = keys.run_key(keys.encode_run(run_id), 11, 12, keys.encode_id(cid))
     assert keys.decode_run_key(key) == (11, 12, cid)
     assert len(key) <= keys.MAX_KEY
+
+
+@given(st.integers(0, 2**64 - 1), st.text(alphabet="0123456789abcdef.", max_size=20))
+def test_counter_versions_are_compact_and_exact(counter: int, rest: str) -> None:
+    """Savers' "<32-digit counter>.<random>" versions take 9 bytes + rest and decode exactly."""
+    version = f"{counter:032}.{rest}"
+    encoded = keys.encode_version(version)
+    assert len(encoded) == 9 + len(keys.encode_str(rest))
+    assert keys.decode_version(encoded, 0) == (version, len(encoded))
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 10**6), st.text(alphabet="0123456789abcdef", max_size=8)),
+        min_size=2,
+        unique=True,
+    )
+)
+def test_counter_versions_sort_like_strings(items: list[tuple[int, str]]) -> None:
+    """Compact counter versions keep string order (the delta base is the previous version)."""
+    versions = [f"{c:032}.{r}" for c, r in items]
+    encoded = {keys.encode_version(v): v for v in versions}
+    assert [encoded[k] for k in sorted(encoded)] == sorted(versions)
