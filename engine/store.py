@@ -12,8 +12,8 @@ Records (ormsgpack lists, framed by the codec):
 * checkpoint: ``[parent_id, channel_versions, ckpt_type, ckpt_bytes,
   meta_type, meta_bytes, flags, run_id]`` — ``flags`` bit 0 = hidden (kept only
   for a delta chain, not listed).
-* write: ``u64 channel id`` followed by the framed ``[type, bytes]`` — the
-  prefix lets a walk skip other channels' writes with an 8-byte compare.
+* write: the channel's ``uid`` followed by the framed ``[type, bytes]`` — the
+  prefix lets a walk skip other channels' writes with a short bytes compare.
 * blob: framed ``[type, bytes]``. Empty channel versions store nothing.
 """
 
@@ -417,7 +417,7 @@ class ReadTxn:
 
         Args:
             checkpoint_key: The checkpoint's key (also the prefix of its writes).
-            channels: When given, only writes whose 8-byte channel id is a key of
+            channels: When given, only writes whose channel uid bytes are a key of
                 this map are decoded; the others are skipped without decoding.
         """
         out: list[WriteRow] = []
@@ -428,20 +428,20 @@ class ReadTxn:
         for key, raw in cur:
             if not key.startswith(checkpoint_key):
                 break
-            cbytes = raw[:8]
+            cbytes, channel_id, record = _split_write_value(raw)
             if channels is not None:
                 channel = channels.get(cbytes)
                 if channel is None:
                     continue
             else:
-                channel = self.name_of(keys.KIND_CHANNEL, int.from_bytes(cbytes, "big"))
+                channel = self.name_of(keys.KIND_CHANNEL, channel_id)
             try:
                 task_path, task_id, idx = keys.write_suffix(key, plen)
             except Exception as exc:
                 raise CorruptRecordError(
                     f"key writes/{key.hex()} cannot be decoded ({exc})"
                 ) from exc
-            rec = self.codec.decode(raw[8:], f"writes/{key.hex()}")
+            rec = self.codec.decode(record, f"writes/{key.hex()}")
             out.append(WriteRow(task_id, channel, (rec[0], rec[1]), task_path, idx))
         return out
 
@@ -453,7 +453,7 @@ class ReadTxn:
         Runs inside this one read transaction. Cost: one record decode and one
         blob probe per ancestor back to the nearest seed, plus the decoding of
         that ancestor's writes to the asked channels; writes of other channels
-        are skipped by an 8-byte compare. Never proportional to thread length.
+        are skipped by a short bytes compare. Never proportional to thread length.
         """
         walk = DeltaWalk(tuple(channels))
         if checkpoint_id is None:
@@ -468,7 +468,7 @@ class ReadTxn:
         if env is None:
             return walk.result()
         ids = {c: self.name_id(keys.KIND_CHANNEL, c) for c in channels}
-        wanted = {keys.u64(i): c for c, i in ids.items() if i is not None}
+        wanted = {keys.uid(i): c for c, i in ids.items() if i is not None}
         envelopes = self.store.envelopes
         # Records hold the parent as its encoded key bytes, so the walk goes
         # from record to record without re-encoding ids.
@@ -605,9 +605,8 @@ class ReadTxn:
             key, raw = cur.key(), cur.value()
             found.records += 1
             try:
-                _, pos = keys.decode_id(key, 16)
-                ckey = key[:pos]
-                self.codec.decode(raw[8:], f"writes/{key.hex()}")
+                ckey = keys.write_checkpoint_key(key)
+                self.codec.decode(_split_write_value(raw)[2], f"writes/{key.hex()}")
                 if ckey not in present and ckey not in orphaned:
                     orphaned.add(ckey)
                     found.problems.append(
@@ -709,23 +708,23 @@ class ReadTxn:
         out: dict[int, ThreadSummary] = {}
         cur = self.txn.cursor(db=self.dbs.checkpoints)
         for key, value in cur.iternext(keys=True, values=True):
-            t = int.from_bytes(key[:8], "big")
+            (t, n), pos = keys.split_ids(key, 2)
             s = out.get(t)
             if s is None:
                 s = out[t] = ThreadSummary(self.name_of(keys.KIND_THREAD, t))
             s.checkpoints += 1
             s.bytes += len(key) + len(value)
-            ns = self.name_of(keys.KIND_NS, int.from_bytes(key[8:16], "big"))
+            ns = self.name_of(keys.KIND_NS, n)
             if ns not in s.namespaces:
                 s.namespaces.append(ns)
-            cid = key[16:]
+            cid = key[pos:]
             if ns == "" and (s.newest_key is None or cid > s.newest_key):
                 s.newest_key = cid
-                s.newest_id = keys.decode_id(key, 16)[0]
+                s.newest_id = keys.decode_id(key, pos)[0]
         for name in ("writes", "blobs"):
             cur = self.txn.cursor(db=getattr(self.dbs, name))
             for key, value in cur.iternext(keys=True, values=True):
-                s = out.get(int.from_bytes(key[:8], "big"))
+                s = out.get(keys.decode_uid(key, 0)[0])
                 if s is not None:
                     s.bytes += len(key) + len(value)
                     if name == "writes":
@@ -752,15 +751,16 @@ class ReadTxn:
             return e
 
         for key, value in self.txn.cursor(db=self.dbs.blobs).iternext(keys=True, values=True):
-            e = entry(int.from_bytes(key[16:24], "big"))
+            e = entry(keys.split_ids(key, 3)[0][2])
             e["blobs"] += 1
             e["blob_bytes"] += len(value)
             e["raw_bytes"] += self.codec.raw_size(value)
         for _, value in self.txn.cursor(db=self.dbs.writes).iternext(keys=True, values=True):
-            e = entry(int.from_bytes(value[:8], "big"))
+            cbytes, channel_id, record = _split_write_value(value)
+            e = entry(channel_id)
             e["writes"] += 1
             e["write_bytes"] += len(value)
-            e["raw_bytes"] += 8 + self.codec.raw_size(value[8:])
+            e["raw_bytes"] += len(cbytes) + self.codec.raw_size(record)
         return out
 
     def export_thread(self, t: int) -> Iterator[dict[str, Any]]:
@@ -772,8 +772,8 @@ class ReadTxn:
             yield {
                 "kind": "checkpoint",
                 "thread_id": thread_id,
-                "checkpoint_ns": self.name_of(keys.KIND_NS, int.from_bytes(key[8:16], "big")),
-                "checkpoint_id": keys.decode_id(key, 16)[0],
+                "checkpoint_ns": self.name_of(keys.KIND_NS, keys.decode_checkpoint_key(key)[1]),
+                "checkpoint_id": keys.decode_checkpoint_key(key)[2],
                 "parent_id": _parent_out(rec[0]),
                 "channel_versions": rec[1],
                 "checkpoint": [rec[2], rec[3]],
@@ -802,7 +802,8 @@ class ReadTxn:
         while ok and cur.key().startswith(prefix):
             key, raw = cur.key(), cur.value()
             _, n, cid, task_path, task_id, idx = keys.decode_write_key(key)
-            rec = self.codec.decode(raw[8:], f"writes/{key.hex()}")
+            _, channel_id, record = _split_write_value(raw)
+            rec = self.codec.decode(record, f"writes/{key.hex()}")
             yield {
                 "kind": "write",
                 "thread_id": thread_id,
@@ -811,7 +812,7 @@ class ReadTxn:
                 "task_id": task_id,
                 "task_path": task_path,
                 "idx": idx,
-                "channel": self.name_of(keys.KIND_CHANNEL, int.from_bytes(raw[:8], "big")),
+                "channel": self.name_of(keys.KIND_CHANNEL, channel_id),
                 "value": [rec[0], rec[1]],
             }
             ok = cur.next()
@@ -851,7 +852,7 @@ class ReadTxn:
             key = cur.key()
             if not key.startswith(prefix):
                 break
-            n = int.from_bytes(key[8:16], "big")
+            n = keys.split_ids(key, 2)[0][1]
             out.append(n)
             ok = cur.set_range(keys.ns_prefix(t, n + 1)) if n + 1 < 2**64 else False
         return out
@@ -862,7 +863,7 @@ class ReadTxn:
         cur = self.txn.cursor(db=self.dbs.checkpoints)
         ok = cur.first()
         while ok:
-            t = int.from_bytes(cur.key()[:8], "big")
+            t = keys.decode_uid(cur.key(), 0)[0]
             out.append(t)
             ok = cur.set_range(keys.thread_prefix(t + 1)) if t + 1 < 2**64 else False
         return out
@@ -1076,7 +1077,7 @@ class WriteTxn(ReadTxn):
         ]
         for key, channel, idx, value in rows:
             c = self.intern(keys.KIND_CHANNEL, channel)
-            raw = keys.u64(c) + self.codec.encode(list(value))
+            raw = keys.uid(c) + self.codec.encode(list(value))
             self.txn.put(key, raw, overwrite=idx < 0, db=self.dbs.writes)
 
     def put_raw(self, db: Any, key: bytes, value: bytes) -> None:
@@ -1181,9 +1182,11 @@ class WriteTxn(ReadTxn):
                     if name == "checkpoints":
                         run_id = self.codec.decode(value, f"checkpoints/{key.hex()}")[7]
                         if run_id is not None:
-                            n = int.from_bytes(key[8:16], "big")
+                            n = keys.split_ids(key, 2)[0][1]
                             self.txn.put(
-                                keys.run_key(keys.encode_run(run_id), d, n, key[16:]),
+                                keys.run_key(
+                                    keys.encode_run(run_id), d, n, keys.checkpoint_id_bytes(key)
+                                ),
                                 b"",
                                 db=self.dbs.runs,
                             )
@@ -1277,7 +1280,8 @@ class WriteTxn(ReadTxn):
             if run_id is not None:
                 _, n, _ = keys.decode_checkpoint_key(key)
                 self.txn.delete(
-                    keys.run_key(keys.encode_run(run_id), t, n, key[16:]), db=self.dbs.runs
+                    keys.run_key(keys.encode_run(run_id), t, n, keys.checkpoint_id_bytes(key)),
+                    db=self.dbs.runs,
                 )
         for db in (self.dbs.checkpoints, self.dbs.writes, self.dbs.blobs):
             self.delete_prefix(db, prefix)
@@ -1782,6 +1786,12 @@ def _after_fork_in_parent() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
+
+
+def _split_write_value(raw: bytes) -> tuple[bytes, int, bytes]:
+    """A write value: (channel uid bytes, channel id, framed record)."""
+    end = 1 + raw[0]
+    return raw[:end], int.from_bytes(raw[1:end], "big"), raw[end:]
 
 
 def _parent_in(parent_id: str | None) -> bytes | None:

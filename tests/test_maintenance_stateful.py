@@ -118,8 +118,10 @@ class MaintenanceMachine(RuleBasedStateMachine):
         except DeltaChainError:
             assert not reducers, "with reducers a cut chain is re-seeded, never refused"
             return
-        for tid in self.model:
+        for tid in list(self.model):
             self.model[tid] = {c: v for c, v in self.model[tid].items() if c not in doomed}
+            if not self.model[tid]:  # the run was the thread's only one: the thread is gone
+                del self.model[tid]
 
     @rule(thread=st.sampled_from(THREADS))
     def delete_thread(self, thread: str) -> None:
