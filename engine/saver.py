@@ -19,7 +19,6 @@ import builtins
 import functools
 import logging
 import os
-import random
 import threading
 import uuid
 from collections.abc import (
@@ -580,7 +579,10 @@ class DeltaLogSaver(
             current_v = current
         else:
             current_v = int(str(current).split(".")[0])
-        return f"{current_v + 1:032}.{random.getrandbits(32):08x}"
+        # os.urandom, not the `random` module: a program (or a test framework)
+        # that seeds `random` would mint the same suffix again, and a second
+        # branch's value would silently lose its blob key to the first.
+        return f"{current_v + 1:032}.{os.urandom(4).hex()}"
 
     # -- maintenance (R7, R8) -------------------------------------------------------------
 
