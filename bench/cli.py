@@ -252,11 +252,12 @@ def _report(
     subject: str,
     no_plots: bool,
 ) -> int:
+    json_path = write_json(result, out / "results.json", subject)
+    # Render everything else from the file just written (its floats are
+    # rounded), so a later --from-json re-render reproduces it exactly.
+    result = BenchResult.from_json(json.loads(json_path.read_text()))
     render(result, console, subject)
-    written = [
-        write_json(result, out / "results.json", subject),
-        write_markdown(result, out / "results.md", subject),
-    ]
+    written = [json_path, write_markdown(result, out / "results.md", subject)]
     if not no_plots:
         written += write_plots(result, out, subject)
     console.print(
