@@ -120,7 +120,7 @@ def cli(ctx: click.Context, traceback: bool) -> None:
     "  deltalog demo /tmp/chat.lmdb --turns 1000\n"
     "  deltalog demo --turns 20 --snapshot-every 10 --json",
 )
-@store_path(exists=False)
+@store_path(exists=False, default="deltalog-demo.lmdb")
 @click.option(
     "--turns", type=click.IntRange(1, 1_000_000), default=50, show_default=True, help="Chat turns."
 )

@@ -107,12 +107,19 @@ class DeltaLogGroup(click.Group):
 # -- option decorators --------------------------------------------------------------
 
 
-def store_path(*, exists: bool = True, name: str = "path") -> Callable[[F], F]:
-    """The PATH argument: a store folder (it must exist unless ``exists`` is False)."""
+def store_path(
+    *, exists: bool = True, name: str = "path", default: str | None = None
+) -> Callable[[F], F]:
+    """The PATH argument: a store folder (it must exist unless ``exists`` is False).
+
+    With ``default``, PATH may be left out (``[PATH]`` in the usage line).
+    """
     return click.argument(
         name,
-        metavar="PATH",
+        metavar="PATH" if default is None else "[PATH]",
         type=click.Path(file_okay=False, exists=exists, path_type=Path),
+        required=default is None,
+        default=default,
     )
 
 

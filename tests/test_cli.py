@@ -822,3 +822,13 @@ def test_id_time_reads_langgraph_ids() -> None:
 
     when = id_time(str(uuid6(clock_seq=3)))
     assert when is not None and abs(when - datetime.now(timezone.utc)) < timedelta(seconds=5)
+
+
+def test_demo_without_path_uses_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`deltalog demo` (the README's main job) needs no PATH: it uses ./deltalog-demo.lmdb."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["demo", "--turns", "3", "--json"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "deltalog-demo.lmdb" / "data.mdb").exists()
