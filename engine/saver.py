@@ -1145,6 +1145,16 @@ _SHARED_LOCK = threading.Lock()
 _SHARED: dict[str, tuple[Store, dict[str, Any], int]] = {}
 
 
+def _new_shared_lock_in_child() -> None:
+    # A fork while another thread held the lock would leave it locked forever
+    # in the child; the stores themselves reopen there on first use.
+    global _SHARED_LOCK
+    _SHARED_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_shared_lock_in_child)
+
+
 def _open_shared(path: str | os.PathLike[str], options: dict[str, Any]) -> Store:
     real = os.path.realpath(os.fspath(path))
     with _SHARED_LOCK:

@@ -77,6 +77,8 @@ _UNSUPPORTED_FS: Final = frozenset(
 # How long fork() waits for this process's open transactions before giving up on
 # closing the environment for the child (see Store._close_for_fork).
 _FORK_WAIT: Final = 5.0
+# Adopting a map another process grew is retried this often (it may keep growing).
+_RESIZE_RETRIES: Final = 8
 # Free bytes under which a failed write is blamed on a full disk (see _out_of_space).
 _LOW_SPACE: Final = 1024**2
 # Blob values at least this large are stored as deltas of the channel's previous
@@ -143,8 +145,10 @@ class _RWLock:
         self._cond = threading.Condition(threading.Lock())
         self._readers = 0
         self._exclusive = False
-        # The exclusive holder may read too (reopening after fork reads the format).
+        # The exclusive holder may read, and take the exclusive side again (reopening
+        # after fork reads the format, and a read may have to adopt a grown map).
         self._owner: int | None = None
+        self._depth = 0
 
     def acquire_read(self) -> None:
         with self._cond:
@@ -161,12 +165,15 @@ class _RWLock:
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
         with self._cond:
-            while self._exclusive:
-                self._cond.wait()
-            self._exclusive = True
-            while self._readers:
-                self._cond.wait()
-            self._owner = threading.get_ident()
+            if self._owner == threading.get_ident():
+                self._depth += 1
+            else:
+                while self._exclusive:
+                    self._cond.wait()
+                self._exclusive = True
+                while self._readers:
+                    self._cond.wait()
+                self._owner, self._depth = threading.get_ident(), 1
         try:
             yield
         finally:
@@ -185,15 +192,17 @@ class _RWLock:
                     self._exclusive = False
                     self._cond.notify_all()
                     return False
-            self._owner = threading.get_ident()
+            self._owner, self._depth = threading.get_ident(), 1
             return True
 
     def release_exclusive(self) -> None:
-        """Give up the exclusive side."""
+        """Give up (one level of) the exclusive side."""
         with self._cond:
-            self._exclusive = False
-            self._owner = None
-            self._cond.notify_all()
+            self._depth -= 1
+            if not self._depth:
+                self._exclusive = False
+                self._owner = None
+                self._cond.notify_all()
 
 
 class _Request(Generic[T]):
@@ -1318,8 +1327,9 @@ class Store:
         map_size: Initial map size in bytes; the map doubles on demand.
         max_map_size: Cap for automatic growth; reaching it raises StoreFullError.
         durable: fsync on every commit (default). False relaxes to OS write-back:
-            a crash of the machine (not of the process) may lose the last commits,
-            never corrupt the store.
+            a crash of the machine (not of the process) may lose the last
+            commits, and corrupts nothing only on filesystems that keep write
+            order (docs/operations.md).
         codec: The record codec.
         group_commit: Concurrent writers share one transaction and one fsync.
         readonly: Open without write access (inspection).
@@ -1368,9 +1378,14 @@ class Store:
         self._pid = os.getpid()
         self._closed_for_fork = False
         self._rw = _RWLock()
-        self._write_lock = threading.Lock()
-        self._queue_lock = threading.Lock()
+        # Reentrant: a read that must adopt a grown map takes it (see _begin), and
+        # so may the thread that holds it to reopen after fork.
+        self._write_lock = threading.RLock()
+        # Group commit: callers queue requests; one leader at a time runs the queue
+        # as one transaction, then wakes every caller whose request it committed.
+        self._queue_cond = threading.Condition(threading.Lock())
         self._queue: list[_Request[Any]] = []
+        self._leading = False
         self._open_env()
         _LIVE_STORES.add(self)
 
@@ -1539,14 +1554,25 @@ class Store:
         try:
             return self.env.begin(write=write)
         except lmdb.MapResizedError:
-            # Another process grew the map: adopt its size, then retry once.
-            self._rw.release_read() if not write else None
-            try:
-                with self._rw.exclusive():
-                    self.env.set_mapsize(0)
-            finally:
-                self._rw.acquire_read() if not write else None
-            return self.env.begin(write=write)
+            # Another process grew the map: adopt its size, then retry (it may
+            # grow again meanwhile). set_mapsize needs no transaction open in this
+            # process, so a reader also waits for the writer (a writer holds it).
+            attempts = 0
+            while True:
+                if not write:
+                    self._rw.release_read()
+                try:
+                    with self._write_lock, self._rw.exclusive():
+                        self.env.set_mapsize(0)
+                finally:
+                    if not write:
+                        self._rw.acquire_read()
+                try:
+                    return self.env.begin(write=write)
+                except lmdb.MapResizedError:
+                    attempts += 1
+                    if attempts >= _RESIZE_RETRIES:
+                        raise
         except lmdb.ReadersFullError as exc:
             # Slots of killed processes stay taken until someone checks; a
             # long-lived process would otherwise be locked out until restart.
@@ -1577,32 +1603,50 @@ class Store:
     def write(self, op: Callable[[WriteTxn], T]) -> T:
         """Run ``op`` in a write transaction and commit it durably (R8).
 
-        With group commit, concurrent callers queue their ops; whichever gets
-        the writer lock first runs every queued op in one transaction (each in
-        a nested transaction so one failing op does not sink the others) and
-        commits once. Every caller returns only after the commit holding its op
-        is done, so a returned write is as durable as with one commit each.
-        ``op`` may run more than once (map growth retries it) and must only
-        touch the transaction.
+        With group commit, concurrent callers queue their ops; when no commit
+        is running, one of them leads: it takes every queued op and runs them in
+        one transaction (each in a nested transaction so one failing op does not
+        sink the others), commits once, then wakes the callers it committed for.
+        While it commits, new ops queue up for the next leader. Every caller
+        returns only after the commit holding its op is done, so a returned
+        write is as durable as with one commit each. ``op`` may run more than
+        once (map growth retries it) and must only touch the transaction.
         """
         self._check_pid()
         if self.readonly:
             raise DeltaLogError(f"store {self.path!r} was opened read-only")
         req: _Request[T] = _Request(op)
-        if self.group_commit:
-            with self._queue_lock:
+        if not self.group_commit:
+            with self._write_lock:
+                self._run_batch([req])
+        else:
+            with self._queue_cond:
                 self._queue.append(req)
-        with self._write_lock:
-            if not req.done:
-                if self.group_commit:
-                    with self._queue_lock:
-                        batch, self._queue = self._queue, []
-                else:
-                    batch = [req]
-                self._run_batch(batch)
+                while self._leading and not req.done:
+                    self._queue_cond.wait()
+                lead = not req.done
+                if lead:
+                    self._leading = True
+                    batch, self._queue = self._queue, []
+            if lead:
+                self._lead(batch)
         if req.error is not None:
             raise req.error
         return req.value  # type: ignore[return-value]
+
+    def _lead(self, batch: list[_Request[Any]]) -> None:
+        """Commit ``batch`` as its leader, then wake its callers and the next leader."""
+        try:
+            with self._write_lock:
+                self._run_batch(batch)
+        finally:
+            with self._queue_cond:
+                for req in batch:
+                    if not req.done:  # _run_batch was interrupted (e.g. KeyboardInterrupt)
+                        req.error = req.error or DeltaLogError("the write was interrupted")
+                        req.done = True
+                self._leading = False
+                self._queue_cond.notify_all()
 
     def _run_batch(self, batch: list[_Request[Any]]) -> None:
         pending = batch

@@ -1,0 +1,158 @@
+"""The victim of the crash tests: a chat graph writing to a deltalog store until killed.
+
+Usage::
+
+    python tests/crash_writer.py PATH LOGFILE [--threads N] [--relaxed] [--sf K] [--wait]
+
+It opens the store at PATH, then runs ``tests.graphs.chat_graph`` (``messages``
+is a ``DeltaChannel``) turn after turn on N LangGraph threads at once (one
+Python thread each, so group commit batches their puts). Every line of LOGFILE
+is one JSON object, written, flushed and fsynced before the writer goes on:
+
+* ``{"kind": "ready", "pid": …}`` once the store is open;
+* ``{"kind": "put", "thread_id": …, "checkpoint_id": …}`` after each ``put``
+  returned — so the checkpoint is durable by the saver's contract;
+* ``{"kind": "turn", "thread_id": …, "checkpoint_id": …, "state": …}`` after
+  each ``invoke`` returned, with the state ``graph.get_state`` reconstructed.
+
+With ``--wait`` it imports everything, then waits for a line on stdin before
+opening the store, so the test can check the previous kill while the next
+writer starts up. The test kills the process with SIGKILL at a random moment
+and checks the store against the log (tests/test_crash.py). A line torn by the kill can only
+be the last one; the reader ignores it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import threading
+import traceback
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `tests.graphs` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from deltalog.engine import DeltaLogSaver
+from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+
+from tests.graphs import cfg, chat_graph
+
+
+class Log:
+    """An append-only JSON-lines file; every line is fsynced before ``write`` returns."""
+
+    def __init__(self, path: str) -> None:
+        self._lock = threading.Lock()
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+
+    def write(self, **entry: Any) -> None:
+        """Append one entry durably."""
+        line = json.dumps(entry) + "\n"
+        with self._lock:
+            self._file.write(line)
+            self._file.flush()
+            os.fsync(self._file.fileno())
+
+
+class LoggingSaver(DeltaLogSaver):
+    """A DeltaLogSaver that logs every checkpoint id once its ``put`` has returned."""
+
+    log: Log
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store the checkpoint, then log it (only a returned put is promised durable)."""
+        out = super().put(config, checkpoint, metadata, new_versions)
+        conf = out["configurable"]
+        self.log.write(kind="put", thread_id=conf["thread_id"], checkpoint_id=conf["checkpoint_id"])
+        return out
+
+
+def fingerprint(values: dict[str, Any]) -> dict[str, Any]:
+    """What the checker compares: message ids, a digest of each content, the turn counter."""
+    messages: list[BaseMessage] = values.get("messages", [])
+    return {
+        "messages": [
+            [m.id, hashlib.sha256(str(m.content).encode()).hexdigest()[:16]] for m in messages
+        ],
+        "turns": values.get("turns", 0),
+    }
+
+
+def run_thread(saver: DeltaLogSaver, log: Log, thread_id: str, sf: int) -> None:
+    """Invoke the chat graph on ``thread_id`` forever; any error ends the process (exit 3).
+
+    The test expects the writer alive when it kills it, so a writer that died on
+    its own is reported as a failure rather than hidden.
+    """
+    try:
+        _chat_forever(saver, log, thread_id, sf)
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(3)
+
+
+def _chat_forever(saver: DeltaLogSaver, log: Log, thread_id: str, sf: int) -> None:
+    graph = chat_graph(sf).compile(checkpointer=saver)
+    config = cfg(thread_id)
+    turn = 0
+    while True:
+        turn += 1
+        message = HumanMessage(
+            content=f"turn {turn} of writer {os.getpid()}: " + "lorem ipsum " * 20,
+            id=f"h-{os.getpid()}-{thread_id}-{turn}",
+        )
+        graph.invoke({"messages": [message]}, config)
+        state = graph.get_state(config)
+        log.write(
+            kind="turn",
+            thread_id=thread_id,
+            checkpoint_id=state.config["configurable"]["checkpoint_id"],
+            state=fingerprint(state.values),
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse arguments, open the store, start the writer threads and never return."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("path")
+    parser.add_argument("logfile")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--relaxed", action="store_true", help="open with durable=False")
+    parser.add_argument("--sf", type=int, default=3, help="DeltaChannel snapshot_frequency")
+    parser.add_argument(
+        "--wait", action="store_true", help="read a line from stdin before opening the store"
+    )
+    args = parser.parse_args(argv)
+    if args.wait:  # imports are done: the test checks the previous kill meanwhile
+        sys.stdin.readline()
+    log = Log(args.logfile)
+    saver = LoggingSaver.from_path(args.path, durable=not args.relaxed)
+    if not isinstance(saver, LoggingSaver):  # from_path is typed as returning the base class
+        raise TypeError(f"from_path returned {type(saver).__name__}")
+    saver.log = log
+    log.write(kind="ready", pid=os.getpid())
+    workers = [
+        threading.Thread(target=run_thread, args=(saver, log, f"w{k}", args.sf), daemon=True)
+        for k in range(args.threads)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,377 @@
+"""Concurrency: processes, threads and coroutines on one store at once (R8).
+
+Writers run on different LangGraph threads and on the same one, in several OS
+threads, in several processes and in many coroutines; readers list and rebuild
+states meanwhile. Every value written carries its own checkpoint id, so a reader
+can tell a mixed-up checkpoint from a right one. Nothing may fail, nothing may be
+lost, and LMDB's one-writer-at-a-time rule (plus map growth under all of it) must
+not deadlock: each test runs under a timeout. Throughput is printed
+(checkpoints/s) and quoted in docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalog.engine import DeltaLogSaver
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph.state import CompiledStateGraph
+
+from tests.checkpoints import at, checkpoint_id, new_checkpoint
+from tests.graphs import cfg, chat_graph, human, observe
+
+SF = 3
+TINY_MAP = 256 * 1024  # forces map growth (and MapResized in other processes) mid-test
+
+
+def put_tagged(
+    saver: BaseCheckpointSaver[Any],
+    thread_id: str,
+    writer: str,
+    seq: int,
+    parent: RunnableConfig | None,
+) -> RunnableConfig:
+    """Put a checkpoint whose value names its own id, its writer and its sequence number."""
+    checkpoint, versions = new_checkpoint(saver, {"payload": None})
+    checkpoint["channel_values"]["payload"] = {"id": checkpoint["id"], "writer": writer, "seq": seq}
+    config = parent or {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    return saver.put(config, checkpoint, {"source": "loop", "step": seq}, versions)
+
+
+def check_tuple(t: CheckpointTuple) -> None:
+    """A tagged checkpoint is the one its config names (no mixing)."""
+    payload = t.checkpoint["channel_values"]["payload"]
+    assert payload["id"] == t.config["configurable"]["checkpoint_id"] == t.checkpoint["id"]
+
+
+def check_chat_state(values: dict[str, Any]) -> None:
+    """A chat state is internally consistent: one AI reply per turn, unique message ids."""
+    messages = values.get("messages", [])
+    ids = [m.id for m in messages]
+    assert len(ids) == len(set(ids)), ids
+    assert values.get("turns", 0) == sum(m.type == "ai" for m in messages)
+
+
+@dataclass
+class Work:
+    """What one worker (thread or process) did."""
+
+    tagged: list[tuple[str, str, str, int]] = field(default_factory=list)  # thread, id, writer, seq
+    chats: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)  # thread, id, seen
+    reads: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def merge(self, other: Work) -> None:
+        """Add another worker's record to this one."""
+        self.tagged += other.tagged
+        self.chats += other.chats
+        self.reads += other.reads
+        self.errors += other.errors
+
+
+def _guard(work: Work, fn: Callable[[], None]) -> None:
+    try:
+        fn()
+    except BaseException as exc:  # reported, never swallowed
+        import traceback
+
+        work.errors.append("".join(traceback.format_exception(exc))[-2000:])
+
+
+def tagged_writer(saver: DeltaLogSaver, name: str, stop: float, work: Work) -> None:
+    """Chains of tagged checkpoints on a shared thread and on the writer's own thread."""
+
+    def run() -> None:
+        parents: dict[str, RunnableConfig | None] = {"shared": None, f"own-{name}": None}
+        seq = 0
+        while time.monotonic() < stop:
+            for thread_id in parents:
+                parents[thread_id] = out = put_tagged(
+                    saver, thread_id, name, seq, parents[thread_id]
+                )
+                work.tagged.append((thread_id, checkpoint_id(out), name, seq))
+            seq += 1
+
+    _guard(work, run)
+
+
+def chat_writer(saver: DeltaLogSaver, thread_id: str, stop: float, work: Work) -> None:
+    """Turn after turn of a DeltaChannel chat graph, recording each state it saw."""
+
+    def run() -> None:
+        graph: CompiledStateGraph[Any] = chat_graph(SF).compile(checkpointer=saver)
+        turn = 0
+        while time.monotonic() < stop:
+            graph.invoke({"messages": [human(turn)]}, cfg(thread_id))
+            state = graph.get_state(cfg(thread_id))
+            work.chats.append(
+                (thread_id, state.config["configurable"]["checkpoint_id"], observe(state))
+            )
+            turn += 1
+
+    _guard(work, run)
+
+
+def reader(saver: DeltaLogSaver, chat_threads: list[str], stop: float, work: Work) -> None:
+    """List the shared thread and rebuild chat states while the writers run."""
+
+    def run() -> None:
+        graph: CompiledStateGraph[Any] = chat_graph(SF).compile(checkpointer=saver)
+        rng = random.Random()
+        while time.monotonic() < stop:
+            for t in saver.list(cfg("shared"), limit=20):
+                check_tuple(t)
+                work.reads += 1
+            thread_id = rng.choice(chat_threads)
+            state = graph.get_state(cfg(thread_id))
+            check_chat_state(state.values)
+            for snapshot in list(graph.get_state_history(cfg(thread_id), limit=6)):
+                check_chat_state(snapshot.values)
+                work.reads += 1
+
+    _guard(work, run)
+
+
+def process_worker(path: str, name: str, seconds: float, queue: Any) -> None:
+    """One writer process: two chat writers, one tagged writer and one reader thread."""
+    work = Work()
+    try:
+        saver = DeltaLogSaver.from_path(path, map_size=TINY_MAP)
+        stop = time.monotonic() + seconds
+        chats = [f"{name}-chat-{k}" for k in range(2)]
+        threads = [threading.Thread(target=chat_writer, args=(saver, c, stop, work)) for c in chats]
+        threads.append(threading.Thread(target=tagged_writer, args=(saver, name, stop, work)))
+        threads.append(threading.Thread(target=reader, args=(saver, chats, stop, work)))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        saver.close()
+    except BaseException as exc:
+        work.errors.append(repr(exc))
+    queue.put(work)
+
+
+def check_everything(saver: DeltaLogSaver, work: Work) -> None:
+    """Every recorded put is stored with its own value; every recorded chat state rebuilds exactly."""
+    assert not work.errors, "\n".join(work.errors)
+    for thread_id, cid, writer, seq in work.tagged:
+        t = saver.get_tuple(at(thread_id, cid))
+        assert t is not None, f"{writer}#{seq} {cid} lost"
+        check_tuple(t)
+        assert t.checkpoint["channel_values"]["payload"]["seq"] == seq
+    graph: CompiledStateGraph[Any] = chat_graph(SF).compile(checkpointer=saver)
+    for thread_id, cid, seen in work.chats:
+        assert observe(graph.get_state(at(thread_id, cid))) == seen
+    assert sum(1 for _ in saver.list(cfg("shared"))) == sum(
+        1 for w in work.tagged if w[0] == "shared"
+    )
+    report = saver.verify()
+    assert report.ok, report.problems
+
+
+@pytest.mark.stress
+@pytest.mark.timeout(180)
+def test_processes_threads_readers_writers_at_once(tmp_path: Path) -> None:
+    """R8: 2 processes + this one, each with chat writers, a tagged writer on a shared thread and a reader, for 8 s on a growing map: no error, nothing lost or mixed up, no deadlock."""
+    path = str(tmp_path / "store")
+    seconds = 8.0
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [
+        ctx.Process(target=process_worker, args=(path, f"p{k}", seconds, queue)) for k in range(2)
+    ]
+    for p in procs:
+        p.start()
+    saver = DeltaLogSaver.from_path(path, map_size=TINY_MAP)
+    work = Work()
+    time.sleep(1.5)  # let the children finish importing so the three overlap
+    start = time.monotonic()
+    stop = start + seconds
+    chats = ["main-chat-0", "main-chat-1"]
+    threads = [threading.Thread(target=chat_writer, args=(saver, c, stop, work)) for c in chats]
+    threads += [threading.Thread(target=tagged_writer, args=(saver, "main", stop, work))]
+    threads += [threading.Thread(target=reader, args=(saver, chats, stop, work))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for _ in procs:
+        work.merge(queue.get(timeout=120))
+    elapsed = time.monotonic() - start
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    try:
+        check_everything(saver, work)
+        stored = sum(1 for _ in saver.list(None))
+        print(
+            f"\n3 processes x 4 threads: {stored} checkpoints in {elapsed:.1f} s = "
+            f"{stored / elapsed:.0f} checkpoints/s, {work.reads} checked reads, "
+            f"map grew to {saver.store.env.info()['map_size']} bytes"
+        )
+        assert saver.store.env.info()["map_size"] > TINY_MAP
+    finally:
+        saver.close()
+
+
+@pytest.mark.timeout(120)
+def test_threads_on_one_saver_with_a_growing_map(make_saver: Callable[..., DeltaLogSaver]) -> None:
+    """R8: 6 writer threads (3 on one shared LangGraph thread) and 2 readers on a 64 KiB map that must grow under them: no error, nothing lost, no deadlock."""
+    saver = make_saver(map_size=64 * 1024)
+    work = Work()
+    stop = time.monotonic() + 4
+    chats = ["c0", "c1", "c2"]
+    threads = [threading.Thread(target=chat_writer, args=(saver, c, stop, work)) for c in chats]
+    threads += [
+        threading.Thread(target=tagged_writer, args=(saver, f"t{k}", stop, work)) for k in range(3)
+    ]
+    threads += [threading.Thread(target=reader, args=(saver, chats, stop, work)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check_everything(saver, work)
+    assert saver.store.env.info()["map_size"] > 64 * 1024
+
+
+@pytest.mark.timeout(60)
+def test_writing_while_iterating_on_the_same_thread(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """The single-writer rule never deadlocks one thread: it may put while iterating list() (even when the put grows the map)."""
+    saver = make_saver(map_size=64 * 1024)
+    parent: RunnableConfig | None = None
+    for seq in range(40):
+        parent = put_tagged(saver, "t", "w", seq, parent)
+    seen = 0
+    for t in saver.list(cfg("t")):
+        check_tuple(t)
+        parent = put_tagged(saver, "t", "w", 1000 + seen, parent)
+        saver.put_writes(t.config, [("payload", "x" * 2000)], task_id=f"task-{seen}")
+        seen += 1
+    assert seen >= 40
+    assert sum(1 for _ in saver.list(cfg("t"))) == 40 + seen
+
+
+@pytest.mark.stress
+@pytest.mark.timeout(180)
+async def test_many_coroutines_on_one_async_saver(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """R8: 200 coroutines putting chains (on own and shared threads) and reading at once, plus 32 concurrent ainvoke chat threads: everything stored, nothing mixed up; each chat thread ends as a serial InMemorySaver run does."""
+    saver = make_saver()
+    coroutines, per = 200, 10
+
+    async def chain(k: int) -> list[tuple[str, str, int]]:
+        out: list[tuple[str, str, int]] = []
+        parents: dict[str, RunnableConfig | None] = {f"own-{k}": None, "shared": None}
+        for seq in range(per):
+            for thread_id, parent in parents.items():
+                checkpoint, versions = new_checkpoint(saver, {"payload": None})
+                checkpoint["channel_values"]["payload"] = {
+                    "id": checkpoint["id"],
+                    "writer": f"co{k}",
+                    "seq": seq,
+                }
+                config = parent or {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+                new = await saver.aput(
+                    config, checkpoint, {"source": "loop", "step": seq}, versions
+                )
+                await saver.aput_writes(new, [("payload", seq)], task_id=f"co{k}-{seq}")
+                parents[thread_id] = new
+                out.append((thread_id, checkpoint_id(new), seq))
+            found = await saver.aget_tuple(parents[f"own-{k}"] or {})
+            assert found is not None
+            check_tuple(found)
+            async for t in saver.alist(cfg("shared"), limit=5):
+                check_tuple(t)
+        return out
+
+    start = time.monotonic()
+    results = await asyncio.gather(*(chain(k) for k in range(coroutines)))
+    elapsed = time.monotonic() - start
+    puts = sum(len(r) for r in results)
+    assert puts == coroutines * per * 2
+    for records in results:
+        for thread_id, cid, seq in records:
+            t = await saver.aget_tuple(at(thread_id, cid))
+            assert t is not None
+            check_tuple(t)
+            assert t.checkpoint["channel_values"]["payload"]["seq"] == seq
+            assert [w[2] for w in t.pending_writes or []] == [seq]
+    print(
+        f"\n{coroutines} coroutines: {puts} aput + {puts} aput_writes in {elapsed:.1f} s = "
+        f"{puts / elapsed:.0f} checkpoints/s"
+    )
+
+    graph: CompiledStateGraph[Any] = chat_graph(SF).compile(checkpointer=saver)
+
+    async def chat(k: int) -> dict[str, Any]:
+        for turn in range(3):
+            await graph.ainvoke({"messages": [human(100 * k + turn)]}, cfg(f"chat-{k}"))
+        return observe(await graph.aget_state(cfg(f"chat-{k}")))
+
+    states = await asyncio.gather(*(chat(k) for k in range(32)))
+    reference: CompiledStateGraph[Any] = chat_graph(SF).compile(checkpointer=InMemorySaver())
+    for k, state in enumerate(states):
+        for turn in range(3):
+            reference.invoke({"messages": [human(100 * k + turn)]}, cfg(f"chat-{k}"))
+        assert state == observe(reference.get_state(cfg(f"chat-{k}")))
+    report = await asyncio.to_thread(saver.verify)
+    assert report.ok, report.problems
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("group_commit", [True, False])
+def test_group_commit_shares_transactions(
+    group_commit: bool, make_saver: Callable[..., DeltaLogSaver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R8: with group commit, 16 concurrent writers share fsync'd transactions (fewer commits than puts) and every put that returned is stored; without it, one commit per put."""
+    saver = make_saver(group_commit=group_commit)
+    batches: list[int] = []
+    run_batch = saver.store._run_batch
+
+    def counting(batch: list[Any]) -> None:
+        batches.append(len(batch))
+        run_batch(batch)
+        assert all(req.done for req in batch)  # every caller of this batch returns after it
+
+    monkeypatch.setattr(saver.store, "_run_batch", counting)
+    work = Work()
+    threads = [threading.Thread(target=_n_puts, args=(saver, f"t{k}", 30, work)) for k in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not work.errors, work.errors
+    assert sum(batches) == len(work.tagged) == 16 * 30
+    for thread_id, cid, _, seq in work.tagged:
+        found = saver.get_tuple(at(thread_id, cid))
+        assert found is not None and found.checkpoint["channel_values"]["payload"]["seq"] == seq
+    print(f"\ngroup_commit={group_commit}: {len(work.tagged)} puts in {len(batches)} commits")
+    if group_commit:
+        assert len(batches) < len(work.tagged) * 0.8, "concurrent puts should share commits"
+    else:
+        assert max(batches) == 1
+
+
+def _n_puts(saver: DeltaLogSaver, thread_id: str, n: int, work: Work) -> None:
+    def run() -> None:
+        parent: RunnableConfig | None = None
+        for seq in range(n):
+            parent = put_tagged(saver, thread_id, thread_id, seq, parent)
+            work.tagged.append((thread_id, checkpoint_id(parent), thread_id, seq))
+
+    _guard(work, run)
