@@ -198,8 +198,15 @@ class RecordCodec:
         self._samples: list[bytes] = []
         self._sample_bytes = 0
 
-    def encode(self, record: Any) -> bytes:
-        """Encode one record."""
+    def encode(self, record: Any, *, prefix: bytes = b"") -> bytes:
+        """Encode one record.
+
+        Args:
+            record: The envelope.
+            prefix: Bytes the store keeps in front of the record (a write's
+                channel id); not returned, but covered by the CRC, so a
+                flipped prefix is caught like a flipped body.
+        """
         body = ormsgpack.packb(record)
         framed = bytes((TAG_PLAIN,)) + body
         if self.compress_threshold is not None:
@@ -215,7 +222,7 @@ class RecordCodec:
                     packed = self.compressor.compress(body)
                     if len(packed) < len(body):
                         framed = bytes((TAG_ZSTD,)) + packed
-        return framed + zlib.crc32(framed).to_bytes(CRC_SIZE, "big")
+        return framed + zlib.crc32(framed, zlib.crc32(prefix)).to_bytes(CRC_SIZE, "big")
 
     # -- trained dictionary ---------------------------------------------------------
 
@@ -327,12 +334,17 @@ class RecordCodec:
             return int(size) + 1 if size >= 0 else len(data)
         return max(len(data) - CRC_SIZE, 0)
 
-    def decode(self, data: bytes, what: str) -> Any:
-        """Decode one record; ``what`` names it in the error (database and key)."""
+    def decode(self, data: bytes, what: str, *, prefix: bytes = b"") -> Any:
+        """Decode one record; ``what`` names it in the error (database and key).
+
+        ``prefix`` is what :meth:`encode` was given (checked by the CRC).
+        """
         try:
             view = memoryview(data)
             framed, crc = view[:-CRC_SIZE], view[-CRC_SIZE:]
-            if len(framed) < 1 or zlib.crc32(framed) != int.from_bytes(crc, "big"):
+            if len(framed) < 1 or zlib.crc32(framed, zlib.crc32(prefix)) != int.from_bytes(
+                crc, "big"
+            ):
                 raise ValueError("checksum mismatch")
             tag = framed[0]
             if tag == TAG_PLAIN:

@@ -450,7 +450,7 @@ class ReadTxn:
                 raise CorruptRecordError(
                     f"key writes/{key.hex()} cannot be decoded ({exc})"
                 ) from exc
-            rec = self.codec.decode(record, f"writes/{key.hex()}")
+            rec = self.codec.decode(record, f"writes/{key.hex()}", prefix=cbytes)
             out.append(WriteRow(task_id, channel, (rec[0], rec[1]), task_path, idx))
         return out
 
@@ -615,7 +615,8 @@ class ReadTxn:
             found.records += 1
             try:
                 ckey = keys.write_checkpoint_key(key)
-                self.codec.decode(_split_write_value(raw)[2], f"writes/{key.hex()}")
+                cbytes, _, record = _split_write_value(raw)
+                self.codec.decode(record, f"writes/{key.hex()}", prefix=cbytes)
                 if ckey not in present and ckey not in orphaned:
                     orphaned.add(ckey)
                     found.problems.append(
@@ -811,8 +812,8 @@ class ReadTxn:
         while ok and cur.key().startswith(prefix):
             key, raw = cur.key(), cur.value()
             _, n, cid, task_path, task_id, idx = keys.decode_write_key(key)
-            _, channel_id, record = _split_write_value(raw)
-            rec = self.codec.decode(record, f"writes/{key.hex()}")
+            cbytes, channel_id, record = _split_write_value(raw)
+            rec = self.codec.decode(record, f"writes/{key.hex()}", prefix=cbytes)
             yield {
                 "kind": "write",
                 "thread_id": thread_id,
@@ -1109,7 +1110,8 @@ class WriteTxn(ReadTxn):
         ]
         for key, channel, idx, value in rows:
             c = self.intern(keys.KIND_CHANNEL, channel)
-            raw = keys.uid(c) + self.codec.encode(list(value))
+            cbytes = keys.uid(c)
+            raw = cbytes + self.codec.encode(list(value), prefix=cbytes)
             self.txn.put(key, raw, overwrite=idx < 0, db=self.dbs.writes)
 
     def put_raw(self, db: Any, key: bytes, value: bytes) -> None:
@@ -1856,7 +1858,15 @@ if hasattr(os, "register_at_fork"):
 
 
 def _split_write_value(raw: bytes) -> tuple[bytes, int, bytes]:
-    """A write value: (channel uid bytes, channel id, framed record)."""
+    """A write value: (channel uid bytes, channel id, framed record).
+
+    The uid is covered by the record's CRC (``prefix=``); a length byte out of
+    range is reported here.
+    """
+    if not raw or not 1 <= raw[0] <= 8 or len(raw) < 2 + raw[0]:
+        raise CorruptRecordError(
+            f"write value {bytes(raw[:12]).hex()}… has no valid channel id; run `deltalog verify`"
+        )
     end = 1 + raw[0]
     return raw[:end], int.from_bytes(raw[1:end], "big"), raw[end:]
 

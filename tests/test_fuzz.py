@@ -14,6 +14,7 @@ import math
 import os
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -328,3 +329,17 @@ def test_decoder_empty_and_tiny() -> None:
     for data in (b"", b"\x00", b"\x01\x02", b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00"):
         with pytest.raises(CorruptRecordError):
             CODEC.decode(data, "fuzz/tiny")
+
+
+def test_write_channel_prefix_is_covered_by_the_crc(tmp_path: Path) -> None:
+    """A flipped channel id in front of a write is caught on read (CRC covers the prefix)."""
+    with DeltaLogSaver.from_path(tmp_path / "s") as saver:
+        config = saver.put({"configurable": {"thread_id": "t"}}, empty_checkpoint(), {}, {})
+        saver.put_writes(config, [("a", 1), ("b", 2)], "task")
+        key, value = next(iter(saver.store.iter_db("writes")))
+        flipped = bytes((value[0], value[1] ^ 0x01)) + value[2:]
+        with saver.store.env.begin(write=True) as txn:
+            txn.put(key, flipped, db=saver.store.db("writes"))
+        with pytest.raises(CorruptRecordError):
+            saver.get_tuple(config)
+        assert not saver.verify().ok
