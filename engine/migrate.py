@@ -180,19 +180,10 @@ def _source_threads(
             list(thread_ids) if thread_ids is not None else [t.thread_id for t in source.threads()]
         )
         for thread_id in names:
-            refs: list[CheckpointRef] = []
-            # The export records carry ids, parents and the hidden flag without
-            # deserializing any value.
-            for rec in source.export_records([thread_id]):
-                if rec.get("kind") == "checkpoint":
-                    refs.append(
-                        CheckpointRef(
-                            rec["checkpoint_ns"],
-                            rec["checkpoint_id"],
-                            rec["parent_id"],
-                            bool(rec.get("flags", 0) & 1),
-                        )
-                    )
+            refs = [
+                CheckpointRef(ns, cid, parent, hidden)
+                for ns, cid, parent, hidden in source.checkpoint_refs(thread_id)
+            ]
             out[thread_id] = refs
         return out
     configs: list[RunnableConfig | None]

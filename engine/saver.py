@@ -919,6 +919,17 @@ class DeltaLogSaver(
         with self.store.read() as r:
             return r.channel_sizes()
 
+    def checkpoint_refs(self, thread_id: str) -> builtins.list[tuple[str, str, str | None, bool]]:
+        """Every checkpoint of a thread as (checkpoint_ns, checkpoint_id, parent_id, hidden).
+
+        Hidden checkpoints (kept only for a delta chain) are included. Reads
+        record envelopes only, so walking a large thread's shape is cheap.
+        """
+        tid = _thread_id(thread_id)
+        with self.store.read() as r:
+            t = r.name_id(keys.KIND_THREAD, tid)
+            return [] if t is None else r.checkpoint_refs(t)
+
     def get_writes(self, config: RunnableConfig) -> builtins.list[WriteRow]:
         """A checkpoint's writes with ``task_path`` and ``idx`` (still serialized).
 

@@ -704,11 +704,24 @@ class ReadTxn:
             ok = cur.next()
         return out
 
-    def checkpoint_exists(self, checkpoint_key: bytes) -> bool:
-        """True if a checkpoint record exists under this key."""
-        return bool(self.txn.cursor(db=self.dbs.checkpoints).set_key(checkpoint_key))
-
     # -- inspection and portable export --------------------------------------------------
+
+    def checkpoint_refs(self, t: int) -> list[tuple[str, str, str | None, bool]]:
+        """(checkpoint_ns, checkpoint_id, parent_id, hidden) of every checkpoint of a
+        thread, from the record envelopes alone (no value is read or deserialized)."""
+        out: list[tuple[str, str, str | None, bool]] = []
+        for key, raw in self.iter_checkpoint_keys(keys.thread_prefix(t), start=None, reverse=False):
+            rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
+            _, n, cid = keys.decode_checkpoint_key(key)
+            out.append(
+                (
+                    self.name_of(keys.KIND_NS, n),
+                    cid,
+                    _parent_out(rec[0]),
+                    bool(rec[6] & FLAG_HIDDEN),
+                )
+            )
+        return out
 
     def thread_summaries(self) -> list[ThreadSummary]:
         """Per thread: checkpoints, namespaces, newest id, stored bytes — from keys and sizes.
@@ -1115,7 +1128,8 @@ class WriteTxn(ReadTxn):
             self.txn.put(key, raw, overwrite=idx < 0, db=self.dbs.writes)
 
     def put_raw(self, db: Any, key: bytes, value: bytes) -> None:
-        """Put pre-encoded bytes (copy and import paths)."""
+        """Put bytes as given, bypassing the codec (fault-injection tests plant
+        damaged records through the store's own transaction with it)."""
         self.txn.put(key, value, db=db)
 
     def delete_checkpoint(self, t: int, n: int, checkpoint_id: str, run_id: str | None) -> None:

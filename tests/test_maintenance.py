@@ -386,3 +386,19 @@ def test_backup_is_consistent_copy(tmp_path: Path) -> None:
     with DeltaLogSaver.from_path(tmp_path / "b") as copy:
         assert history(chat_graph(3).compile(checkpointer=copy), cfg("t")) == before
     assert lmdb is not None
+
+
+def test_checkpoint_refs_include_hidden_chain(make_saver: Callable[..., DeltaLogSaver]) -> None:
+    """checkpoint_refs lists every checkpoint with its parent, hidden ones flagged, without values."""
+    saver = make_saver()
+    run_chat(saver, "t", 6, 100)
+    before = saver.checkpoint_refs("t")
+    assert len(before) == len(list(saver.list(cfg("t")))) and not any(h for *_, h in before)
+    saver.prune(["t"])
+    refs = saver.checkpoint_refs("t")
+    visible = [cid for _, cid, _, hidden in refs if not hidden]
+    assert visible == [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg("t"))]
+    assert sum(hidden for *_, hidden in refs) == len(refs) - 1
+    parents = {cid: parent for _, cid, parent, _ in refs}
+    assert all(p is None or p in parents for p in parents.values())
+    assert saver.checkpoint_refs("missing") == []
