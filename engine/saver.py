@@ -39,7 +39,7 @@ from typing import Any, TypeVar, cast
 
 from deltalog.channels.replay import ChannelSource, delta_channels, replay_history
 from deltalog.engine import keys
-from deltalog.engine.cache import DecodedCache
+from deltalog.engine.cache import DecodedCache, gc_paused
 from deltalog.engine.codec import RecordCodec
 from deltalog.engine.core import Node, Plan, plan_delete, plan_keep
 from deltalog.engine.errors import ConfigError, DeltaChainError, DeltaLogError, InvalidInputError
@@ -387,14 +387,16 @@ class DeltaLogSaver(
             )
         loads = self.serde.loads_typed
         result: dict[str, DeltaChannelHistory] = {}
-        for channel in channels:
-            seed, writes = raw[channel]
-            entry: DeltaChannelHistory = {
-                "writes": [(w.task_id, w.channel, loads(w.value)) for w in writes]
-            }
-            if seed is not None:
-                entry["seed"] = self._load(seed)
-            result[channel] = entry
+        # Hundreds of writes plus a seed make tens of thousands of objects.
+        with gc_paused():
+            for channel in channels:
+                seed, writes = raw[channel]
+                entry: DeltaChannelHistory = {
+                    "writes": [(w.task_id, w.channel, loads(w.value)) for w in writes]
+                }
+                if seed is not None:
+                    entry["seed"] = self._load(seed)
+                result[channel] = entry
         return result
 
     # -- writes -----------------------------------------------------------------------------
