@@ -294,3 +294,17 @@ def test_local_postgres_starts_and_the_postgres_peer_measures_bytes(tmp_path: Pa
                     {"configurable": {"thread_id": "t"}},
                 )
             assert peer.bytes_fn() > before
+
+
+def test_maintenance_figures_run_on_a_small_thread(tmp_path: Path) -> None:
+    """The copy/prune/compact measurement runs, keeps the latest state and reports every figure."""
+    from deltalog.bench.maintenance import run
+
+    figures = run(120, tmp_path)
+    assert figures["build"]["checkpoints"] >= 120
+    assert figures["copy_thread"]["checkpoints"] == figures["build"]["checkpoints"]
+    assert figures["prune_dry_run"]["dry_run"] is True
+    assert figures["prune_keep_latest"]["checkpoints"] == figures["prune_dry_run"]["checkpoints"]
+    assert figures["prune_keep_latest_reducers"]["seeds"] >= 0
+    assert figures["compact"]["bytes_after"] < figures["compact"]["bytes_before"]
+    assert figures["verify_ok"] is True
