@@ -308,3 +308,13 @@ def test_maintenance_figures_run_on_a_small_thread(tmp_path: Path) -> None:
     assert figures["prune_keep_latest_reducers"]["seeds"] >= 0
     assert figures["compact"]["bytes_after"] < figures["compact"]["bytes_before"]
     assert figures["verify_ok"] is True
+
+
+def test_first_benchmark_reports_three_savers(tmp_path: Path) -> None:
+    """The engine-core benchmark runs the chat on three savers and reports every figure."""
+    from deltalog.bench.first import run
+
+    figures = run(6, tmp_path)
+    assert set(figures) == {"deltalog", "memory", "sqlite"}
+    for f in figures.values():
+        assert f["bytes"] > 0 and f["get_state_p50_ms"] > 0 and f["invoke_p50_ms"] > 0
