@@ -894,10 +894,7 @@ class DeltaLogSaver(
         Returns:
             Data file bytes before (this store) and after (the copy).
         """
-        before = self.store.file_bytes()
-        self.store.copy_to(dest, compact=True)
-        after = os.path.getsize(os.path.join(os.fspath(dest), "data.mdb"))
-        return CompactReport(self.store.path, os.fspath(dest), before, after)
+        return self.backup(dest, compact=True)
 
     def backup(self, dest: str | os.PathLike[str], *, compact: bool = False) -> CompactReport:
         """Consistent hot copy of the store into a new folder (one read snapshot)."""

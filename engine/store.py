@@ -657,10 +657,27 @@ class ReadTxn:
                     out.add(keys.blob_key(t, n, c, version))
         return out
 
-    def measure(
+    def doomed_blobs(
         self, t: int, n: int, plan: Plan, versions: dict[str, dict[str, Version]]
+    ) -> list[bytes]:
+        """Blob keys of (thread, ns) that no checkpoint surviving ``plan`` references."""
+        keep = self.referenced_blob_keys(
+            t, n, (v for c, v in versions.items() if c not in plan.delete)
+        )
+        return self.orphan_blob_keys(t, n, keep)
+
+    def measure(
+        self,
+        t: int,
+        n: int,
+        plan: Plan,
+        versions: dict[str, dict[str, Version]],
+        doomed: Sequence[bytes] | None = None,
     ) -> dict[str, int]:
-        """What applying ``plan`` removes: counts and bytes of records, writes, blobs."""
+        """What applying ``plan`` removes: counts and bytes of records, writes, blobs.
+
+        ``doomed`` is :meth:`doomed_blobs` when the caller already has it.
+        """
         out = {"checkpoints": 0, "writes": 0, "blobs": 0, "bytes": 0}
         cur_c = self.txn.cursor(db=self.dbs.checkpoints)
         cur_w = self.txn.cursor(db=self.dbs.writes)
@@ -674,17 +691,13 @@ class ReadTxn:
                 out["writes"] += 1
                 out["bytes"] += len(cur_w.key()) + len(cur_w.value())
                 ok = cur_w.next()
-        keep = self.referenced_blob_keys(
-            t, n, (v for c, v in versions.items() if c not in plan.delete)
-        )
-        prefix = keys.ns_prefix(t, n)
+        if doomed is None:
+            doomed = self.doomed_blobs(t, n, plan, versions)
         cur_b = self.txn.cursor(db=self.dbs.blobs)
-        ok = cur_b.set_range(prefix)
-        while ok and cur_b.key().startswith(prefix):
-            if cur_b.key() not in keep:
+        for key in doomed:
+            if cur_b.set_key(key):
                 out["blobs"] += 1
-                out["bytes"] += len(cur_b.key()) + len(cur_b.value())
-            ok = cur_b.next()
+                out["bytes"] += len(key) + len(cur_b.value())
         return out
 
     def thread_groups(self, thread_id: str) -> list[tuple[int, int]]:
@@ -1160,7 +1173,10 @@ class WriteTxn(ReadTxn):
         Seeds are written first, then checkpoints are deleted, hidden,
         unhidden or re-linked, then blobs nobody references are collected.
         """
-        removed = self.measure(t, n, plan, versions)
+        # Seeds go to versions kept checkpoints reference and deletions touch no
+        # blob key, so the unreferenced blobs can be found once, up front.
+        doomed = self.doomed_blobs(t, n, plan, versions)
+        removed = self.measure(t, n, plan, versions, doomed)
         for _, blob in seeds:
             self.put_blob(t, n, blob.channel, blob.version, blob.value)
         for cid in plan.delete:
@@ -1178,11 +1194,7 @@ class WriteTxn(ReadTxn):
             if cid in plan.relink:
                 rec[0] = _parent_in(plan.relink[cid])
             self.txn.put(key, self.codec.encode(rec), db=self.dbs.checkpoints)
-        keep = self.referenced_blob_keys(
-            t, n, (v for c, v in versions.items() if c not in plan.delete)
-        )
-        doomed = set(self.orphan_blob_keys(t, n, keep))
-        self.rebase_dependents(t, n, doomed)
+        self.rebase_dependents(t, n, set(doomed))
         for key in doomed:
             self.txn.delete(key, db=self.dbs.blobs)
         removed["seeds"] = len(seeds)
