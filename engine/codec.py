@@ -20,7 +20,8 @@ tag   body
 0x00  ormsgpack envelope
 0x01  zstandard frame of an ormsgpack envelope
 0x02  delta of a ``[type, payload]`` blob against an earlier payload of
-      the same channel (see :meth:`RecordCodec.encode_delta`)
+      the same channel and, since format 2, the channel's writes stored
+      before it (see :meth:`RecordCodec.encode_delta`)
 0x03  u32 dictionary id, then a zstandard frame compressed with the store's
       trained dictionary of that id (see :meth:`RecordCodec.train`)
 ====  ======================================================
@@ -31,13 +32,13 @@ from __future__ import annotations
 import threading
 import zlib
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 import ormsgpack
 import zstandard
 from deltalog.engine.errors import CorruptRecordError
 
-__all__ = ["Compressor", "RecordCodec", "ZstdCompressor"]
+__all__ = ["Compressor", "RecordCodec", "WriteDict", "ZstdCompressor"]
 
 TAG_PLAIN: Final = 0x00
 TAG_ZSTD: Final = 0x01
@@ -56,12 +57,44 @@ TRAIN_RECORDS: Final = 400
 # a 2.0 MB message list whose base held all but 100 messages gave a 193 KB
 # delta at level 3 and 15.9 KB at level 6, in 6.1 ms (level 7: 15.5 KB, 11.8 ms).
 DELTA_LEVEL: Final = 6
+# zstd level for deltas whose dictionary holds many new writes (a snapshot
+# link spanning several snapshots): level 6's tables miss most matches in a
+# 0.6 MB dictionary. Measured on a seq-8 snapshot link here (0.55 MB value, 0.61
+# MB dictionary): 57.6 KB at level 6, 6.9 KB at level 11, both in ~3.7 ms. For
+# a 2 MB value grown by one message level 11 took 7.1 ms against 2.1 ms, so it
+# is only used above WRITES_LARGE bytes of write content.
+DELTA_LEVEL_LARGE: Final = 11
+WRITES_LARGE: Final = 64 * 1024
 # Largest zstd window a delta may use (and a reader accepts): 128 MiB, enough
 # for a base plus a new version of a 60 MB message list.
 MAX_WINDOW_LOG: Final = 27
 
 # A zstd frame declaring more than this is treated as corrupt rather than allocated.
 MAX_RECORD: Final = 2 * 1024**3
+
+
+class WriteDict(NamedTuple):
+    """Writes a delta's dictionary holds after its base (see :meth:`RecordCodec.encode_delta`).
+
+    Attributes:
+        lo: Encoded id of the oldest checkpoint whose writes are included.
+        hi: Encoded id of the newest one.
+        content: The writes' payloads, concatenated in key order.
+    """
+
+    lo: bytes
+    hi: bytes
+    content: bytes
+
+
+class _DeltaHeader(NamedTuple):
+    ref: bytes
+    seq: int
+    type: str
+    packed: bytes
+    lo: bytes | None = None
+    hi: bytes | None = None
+    crc: int | None = None
 
 
 class Compressor(Protocol):
@@ -75,7 +108,7 @@ class Compressor(Protocol):
         """Invert :meth:`compress`; raise on a damaged frame."""
         ...
 
-    def compress_with_base(self, data: bytes, base: bytes) -> bytes:
+    def compress_with_base(self, data: bytes, base: bytes, level: int = DELTA_LEVEL) -> bytes:
         """Compress ``data`` using ``base`` (an earlier version) as a dictionary."""
         ...
 
@@ -119,14 +152,14 @@ class ZstdCompressor:
         _check_frame(data)
         return self._ctx()[1].decompress(data)  # type: ignore[no-any-return]
 
-    def compress_with_base(self, data: bytes, base: bytes) -> bytes:
+    def compress_with_base(self, data: bytes, base: bytes, level: int = DELTA_LEVEL) -> bytes:
         """zstd with ``base`` as a raw-content dictionary: the frame costs about
         the bytes that are new relative to ``base`` (a 1.3 MB message list
         whose previous version shared 1.2 MB compressed to 2.4 KB here, 4x
         smaller than plain zstd). The window covers base plus data."""
         window = min(MAX_WINDOW_LOG, max(21, (len(base) + len(data)).bit_length()))
         dictionary = zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-        params = zstandard.ZstdCompressionParameters.from_level(DELTA_LEVEL, window_log=window)
+        params = zstandard.ZstdCompressionParameters.from_level(level, window_log=window)
         return zstandard.ZstdCompressor(dict_data=dictionary, compression_params=params).compress(
             data
         )  # type: ignore[no-any-return]
@@ -270,50 +303,96 @@ class RecordCodec:
         return found
 
     def encode_delta(
-        self, typed: tuple[str, bytes], base: bytes, base_ref: bytes, seq: int
+        self,
+        typed: tuple[str, bytes],
+        base: bytes,
+        base_ref: bytes,
+        seq: int,
+        writes: WriteDict | None = None,
     ) -> bytes | None:
-        """Encode a ``[type, payload]`` record as a delta against an earlier payload.
+        """Encode a ``[type, payload]`` record as a delta against earlier bytes.
 
-        Layout: ``0x02 · u32 header length · msgpack [base_ref, seq, type] ·
-        zstd frame (payload, dictionary = base) · crc32``. ``base_ref`` names
-        the base record to the store; ``seq`` is the version's index since the
+        Layout: ``0x02 · u32 header length · msgpack header · zstd frame ·
+        crc32``. The header is ``[base_ref, seq, type]``, or ``[base_ref, seq,
+        type, lo, hi, crc]`` when the frame's dictionary also holds the
+        channel's writes (format 2). The dictionary is the base payload
+        followed by ``writes.content``: the payloads of every write to the
+        channel (idx ≥ 0) stored under the group's checkpoints ``lo`` … ``hi``
+        (encoded checkpoint ids, inclusive), in key order; a reader rebuilds it
+        from the same range and checks it against ``crc`` (CRC-32 of the
+        content). ``base_ref`` names the base record to the store (empty: no
+        base, the writes alone); ``seq`` is the version's index since the
         channel's last full record, from which the store picks skip-delta
-        bases. Returns None when the delta would not be smaller than a
-        plain record (the caller then stores the full record).
+        bases. Returns None when the delta would not be smaller than an eighth
+        of the payload (the caller then stores the full record).
         """
-        header = ormsgpack.packb([base_ref, seq, typed[0]])
-        packed = self.compressor.compress_with_base(typed[1], base)
+        header_items: list[Any] = [base_ref, seq, typed[0]]
+        dictionary = base
+        if writes is not None:
+            header_items += [writes.lo, writes.hi, zlib.crc32(writes.content)]
+            dictionary = base + writes.content
+        if not dictionary:
+            return None
+        header = ormsgpack.packb(header_items)
+        level = (
+            DELTA_LEVEL_LARGE
+            if writes is not None and len(writes.content) >= WRITES_LARGE
+            else DELTA_LEVEL
+        )
+        packed = self.compressor.compress_with_base(typed[1], dictionary, level)
         if len(packed) + len(header) >= len(typed[1]) // 8:
             return None
         framed = bytes((TAG_DELTA,)) + len(header).to_bytes(4, "big") + header + packed
         return framed + zlib.crc32(framed).to_bytes(CRC_SIZE, "big")
 
     def delta_info(self, data: bytes, what: str) -> tuple[bytes, int] | None:
-        """``(base_ref, seq)`` of a delta record; None for a full record."""
+        """``(base_ref, seq)`` of a delta record (``base_ref`` empty: no base); None
+        for a full record."""
         if not data or data[0] != TAG_DELTA:
             return None
-        ref, seq, _, _ = self._delta_parts(data, what)
-        return ref, seq
+        head = self._delta_parts(data, what)
+        return head.ref, head.seq
 
-    def decode_delta(self, data: bytes, base: bytes, what: str) -> list[Any]:
-        """Decode a delta record given its base payload; returns ``[type, payload]``."""
-        _, _, typ, packed = self._delta_parts(data, what)
+    def delta_range(self, data: bytes, what: str) -> tuple[bytes, bytes] | None:
+        """``(lo, hi)`` checkpoint ids whose writes a delta record's dictionary
+        holds; None for records that depend on no writes."""
+        if not data or data[0] != TAG_DELTA:
+            return None
+        head = self._delta_parts(data, what)
+        return None if head.lo is None or head.hi is None else (head.lo, head.hi)
+
+    def decode_delta(self, data: bytes, base: bytes, what: str, writes: bytes = b"") -> list[Any]:
+        """Decode a delta record given its base payload and, for a record with a
+        write range, the range's write content; returns ``[type, payload]``."""
+        head = self._delta_parts(data, what)
+        if head.crc is not None and zlib.crc32(writes) != head.crc:
+            raise CorruptRecordError(
+                f"record {what} is a delta over the writes of checkpoints "
+                f"{head.lo!r}…{head.hi!r}, which changed since it was written; run "
+                "`deltalog verify` and restore from a backup"
+            )
         try:
-            return [typ, self.compressor.decompress_with_base(packed, base)]
+            return [head.type, self.compressor.decompress_with_base(head.packed, base + writes)]
         except Exception as exc:
             raise CorruptRecordError(
                 f"record {what} cannot be decoded ({type(exc).__name__}: {exc}); run "
                 "`deltalog verify` to list damaged records and restore them from a backup"
             ) from exc
 
-    def _delta_parts(self, data: bytes, what: str) -> tuple[bytes, int, str, bytes]:
+    def _delta_parts(self, data: bytes, what: str) -> _DeltaHeader:
         try:
             framed = memoryview(data)[:-CRC_SIZE]
             if zlib.crc32(framed) != int.from_bytes(data[-CRC_SIZE:], "big"):
                 raise ValueError("checksum mismatch")
             size = int.from_bytes(framed[1:5], "big")
-            ref, seq, typ = ormsgpack.unpackb(framed[5 : 5 + size])
-            return bytes(ref), int(seq), str(typ), bytes(framed[5 + size :])
+            items = ormsgpack.unpackb(framed[5 : 5 + size])
+            packed = bytes(framed[5 + size :])
+            if len(items) == 3:
+                return _DeltaHeader(bytes(items[0]), int(items[1]), str(items[2]), packed)
+            ref, seq, typ, lo, hi, crc = items
+            return _DeltaHeader(
+                bytes(ref), int(seq), str(typ), packed, bytes(lo), bytes(hi), int(crc)
+            )
         except Exception as exc:
             raise CorruptRecordError(
                 f"record {what} cannot be decoded ({type(exc).__name__}: {exc}); run "

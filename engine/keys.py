@@ -1,11 +1,12 @@
 """The on-disk key layout of a deltalog store. No other module builds key bytes.
 
-One LMDB environment holds these named databases (``FORMAT_VERSION`` = 1):
+One LMDB environment holds these named databases (``FORMAT_VERSION`` = 2):
 
 ============  ==========================================================  ==========================
 database      key (byte encoding, in order)                               value
 ============  ==========================================================  ==========================
 meta          ASCII name (``format_version``, ``name_seq``, ``dict:N``)   msgpack int / bytes
+              ``wdep`` · thread(uid) · ns(uid) · channel(uid)             checkpoint_id(id), raw
 names         kind(1) · name-key                                          name id (u64 BE)
 names_rev     kind(1) · name id (u64 BE, fixed)                           UTF-8 name
 checkpoints   thread(uid) · ns(uid) · checkpoint_id(id)                   checkpoint record
@@ -66,6 +67,8 @@ __all__ = [
     "KIND_NS",
     "KIND_THREAD",
     "MAX_KEY",
+    "READABLE_FORMATS",
+    "WDEP",
     "blob_base_key",
     "blob_key",
     "blob_prefix",
@@ -93,11 +96,18 @@ __all__ = [
     "thread_prefix",
     "u64",
     "uid",
+    "wdep_key",
     "write_checkpoint_key",
+    "write_idx",
     "write_key",
 ]
 
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2
+#: Formats this version reads; format 1 lacks only delta blobs over writes,
+#: so a format-1 store is marked 2 when opened for writing.
+READABLE_FORMATS: Final = frozenset({1, 2})
+#: ``meta`` key prefix of the write-dependency marks (``wdep_key``).
+WDEP: Final = b"wdep"
 MAX_KEY: Final = 511
 # Names longer than this are hashed in the `names` key; 400 leaves room for the kind byte.
 _INLINE_NAME: Final = 400
@@ -409,6 +419,16 @@ def decode_write_key(key: bytes) -> tuple[int, int, str, str, str, int]:
     task_id, pos = decode_str(key, pos)
     idx = _U32.unpack_from(key, pos)[0] - 2**31
     return t, n, cid, task_path, task_id, idx
+
+
+def write_idx(key: bytes) -> int:
+    """The ``idx`` of a ``writes`` key (its last four bytes)."""
+    return int(_U32.unpack_from(key, len(key) - 4)[0]) - 2**31
+
+
+def wdep_key(thread: int, ns: int, channel: int) -> bytes:
+    """``meta`` key of a channel's write-dependency mark (see ``WriteTxn.put_blob``)."""
+    return WDEP + blob_prefix(thread, ns, channel)
 
 
 def write_suffix(key: bytes, cid_end: int) -> tuple[str, str, int]:

@@ -81,7 +81,10 @@ class Problem:
     codec (or, with ``deep``, the serde) cannot decode; ``unreferenced_blob``
     (warning) — a value no checkpoint points at; ``writes_without_checkpoint``
     (warning) — writes whose checkpoint is absent (normal for a moment, R2;
-    left behind by a crash between ``put_writes`` and ``put``).
+    left behind by a crash between ``put_writes`` and ``put``);
+    ``unguarded_write_range`` (error) — a blob whose dictionary holds writes
+    past its channel's write-range mark, so a new write there would not rebase
+    it first (see ``WriteTxn.put_blob``).
     """
 
     kind: str

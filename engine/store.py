@@ -19,6 +19,7 @@ Records (ormsgpack lists, framed by the codec):
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import logging
@@ -27,7 +28,7 @@ import shutil
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Literal, TypeVar
 
@@ -35,7 +36,7 @@ import lmdb
 import ormsgpack
 from deltalog.engine import keys
 from deltalog.engine.cache import EnvelopeCache, PayloadCache
-from deltalog.engine.codec import RecordCodec
+from deltalog.engine.codec import RecordCodec, WriteDict
 from deltalog.engine.core import DeltaWalk, Node, Plan, delta_chains
 from deltalog.engine.errors import (
     CorruptRecordError,
@@ -87,6 +88,12 @@ DELTA_MIN: Final = 4096
 # Skip deltas keep chains near log2(versions); a chain longer than this is
 # damage (a loop), not data.
 MAX_LINKS: Final = 64
+# A delta blob's dictionary takes the channel's recent writes when the value
+# grew by at least this much since its base, collecting about twice the growth
+# (at most WRITE_DICT_MAX bytes, scanning at most WRITE_SCAN_MAX writes).
+WRITE_DICT_MIN: Final = 256
+WRITE_DICT_MAX: Final = 16 * 1024**2
+WRITE_SCAN_MAX: Final = 20_000
 
 # A walk that finds no seed after this many ancestors is reading a damaged chain.
 MAX_WALK: Final = 1_000_000
@@ -387,14 +394,15 @@ class ReadTxn:
             return None
         return StoredValue(raw, f"blobs/{key.hex()}", self.blob_typed(key, raw))
 
-    def blob_typed(self, key: bytes, raw: bytes, links: int = 0) -> Typed:
+    def blob_typed(self, key: bytes, raw: bytes, links: int = 0, cached: bool = True) -> Typed:
         """The ``(type, payload)`` of a blob record, resolving delta links to the keyframe.
 
         Resolved payloads of large records are kept in the store's payload LRU
         (keyed by the record bytes), so the newest version — usually a delta of
         the one read before — costs one dictionary decompression, not a chain.
+        ``cached=False`` (verify) decodes every link from the stored records.
         """
-        hit = self.store.payloads.get(raw)
+        hit = self.store.payloads.get(raw) if cached else None
         if hit is not None:
             return hit
         where = f"blobs/{key.hex()}"
@@ -404,20 +412,63 @@ class ReadTxn:
             typed: Typed = (rec[0], rec[1])
         else:
             base_ref, _ = info
-            base_key = keys.blob_base_key(key, base_ref)
-            base_raw = self.txn.get(base_key, db=self.dbs.blobs)
-            if base_raw is None or links >= MAX_LINKS:
-                raise CorruptRecordError(
-                    f"record {where} is a delta of blobs/{base_key.hex()}, which is "
-                    f"{'missing' if base_raw is None else 'too many links away'}; run "
-                    "`deltalog verify` and restore from a backup"
-                )
-            base = self.blob_typed(base_key, base_raw, links + 1)
-            rec = self.codec.decode_delta(raw, base[1], where)
+            base_payload = b""
+            if base_ref:
+                base_key = keys.blob_base_key(key, base_ref)
+                base_raw = self.txn.get(base_key, db=self.dbs.blobs)
+                if base_raw is None or links >= MAX_LINKS:
+                    raise CorruptRecordError(
+                        f"record {where} is a delta of blobs/{base_key.hex()}, which is "
+                        f"{'missing' if base_raw is None else 'too many links away'}; run "
+                        "`deltalog verify` and restore from a backup"
+                    )
+                base_payload = self.blob_typed(base_key, base_raw, links + 1, cached)[1]
+            span = self.codec.delta_range(raw, where)
+            content = b""
+            if span is not None:
+                (t, n, c), _ = keys.split_ids(key, 3)
+                content = self.write_content(keys.ns_prefix(t, n), keys.uid(c), *span)
+            rec = self.codec.decode_delta(raw, base_payload, where, content)
             typed = (rec[0], rec[1])
         if len(typed[1]) >= DELTA_MIN:
             self.store.payloads.put(raw, typed)
         return typed
+
+    def write_content(self, prefix: bytes, cbytes: bytes, lo: bytes, hi: bytes) -> bytes:
+        """Payloads of the writes (idx ≥ 0) to one channel under checkpoints ``lo`` … ``hi``.
+
+        Args:
+            prefix: The (thread, ns) key prefix.
+            cbytes: The channel's uid bytes.
+            lo: Encoded id of the first checkpoint (inclusive).
+            hi: Encoded id of the last checkpoint (inclusive).
+
+        Returns:
+            The payloads concatenated in key order: a delta blob's write dictionary.
+        """
+        parts: list[bytes] = []
+        plen = len(prefix)
+        cur = self.txn.cursor(db=self.dbs.writes)
+        ok = cur.set_range(prefix + lo)
+        while ok:
+            key = cur.key()
+            if not key.startswith(prefix) or keys.write_checkpoint_key(key)[plen:] > hi:
+                break
+            part = self._write_payload(key, cur.value(), cbytes)
+            if part is not None:
+                parts.append(part)
+            ok = cur.next()
+        return b"".join(parts)
+
+    def _write_payload(self, key: bytes, raw: bytes, cbytes: bytes) -> bytes | None:
+        """The payload of a write if it goes to channel ``cbytes`` with idx ≥ 0."""
+        if not raw.startswith(cbytes) or keys.write_idx(key) < 0:
+            return None
+        found, _, record = _split_write_value(raw)
+        if found != cbytes:
+            return None
+        payload: bytes = self.codec.decode(record, f"writes/{key.hex()}", prefix=found)[1]
+        return payload
 
     def writes(
         self, checkpoint_key: bytes, channels: dict[bytes, str] | None = None
@@ -637,7 +688,22 @@ class ReadTxn:
             key, raw = cur.key(), cur.value()
             found.records += 1
             try:
-                self.blob_typed(key, raw)
+                self.blob_typed(key, raw, cached=False)
+                span = self.codec.delta_range(raw, f"blobs/{key.hex()}")
+                if span is not None:
+                    mark = self.txn.get(
+                        keys.WDEP + key[: keys.split_ids(key, 3)[1]], db=self.dbs.meta
+                    )
+                    if mark is None or bytes(mark) < span[1]:
+                        found.problems.append(
+                            (
+                                "unguarded_write_range",
+                                "error",
+                                None,
+                                f"blob {key.hex()} depends on writes past its channel's mark; "
+                                "a new write there would not rebase it",
+                            )
+                        )
             except Exception as exc:
                 found.problems.append(("undecodable", "error", None, str(exc)))
             if key not in referenced:
@@ -983,7 +1049,15 @@ class WriteTxn(ReadTxn):
         self.new_names[(kind, name)] = name_id
         return name_id
 
-    def put_blob(self, t: int, n: int, channel: str, version: Version, typed: Typed) -> None:
+    def put_blob(
+        self,
+        t: int,
+        n: int,
+        channel: str,
+        version: Version,
+        typed: Typed,
+        before: bytes | None = None,
+    ) -> None:
         """Store one channel value unless that version is already stored (first writer wins).
 
         Values of at least ``DELTA_MIN`` bytes are stored as zstd deltas with
@@ -995,6 +1069,14 @@ class WriteTxn(ReadTxn):
         reads nor per-version bytes grow with the thread the way periodic
         full "keyframes" do (with a keyframe every 8 links, a 3,334-turn chat
         stored 34 MB; see docs/benchmarks.md).
+
+        With ``before`` (the encoded id of the checkpoint the value belongs
+        to), the delta's dictionary also holds the channel's latest writes
+        under earlier checkpoints of the group — the content added since the
+        base is usually exactly those writes (a ``_DeltaSnapshot`` is the
+        previous one plus the replayed writes), so the version then costs
+        little more than the list structure. The write range is named in the
+        record and guarded: see :meth:`rebase_write_dependents`.
         """
         c = self.intern(keys.KIND_CHANNEL, channel)
         key = keys.blob_key(t, n, c, version)
@@ -1003,19 +1085,108 @@ class WriteTxn(ReadTxn):
             return
         record: bytes | None = None
         if self.store.delta_blobs and len(typed[1]) >= DELTA_MIN:
+            base_payload, base_ref, seq = b"", b"", 0
             base = self._skip_delta_base(cur, key, keys.blob_prefix(t, n, c))
             if base is not None:
-                base_key, base_raw, seq = base
+                base_key, base_raw, base_seq = base
                 base_typed = self.blob_typed(base_key, base_raw)
                 if base_typed[0] == typed[0] and len(base_typed[1]) >= DELTA_MIN // 4:
-                    record = self.codec.encode_delta(
-                        typed, base_typed[1], keys.blob_version_bytes(base_key), seq
+                    base_payload = base_typed[1]
+                    base_ref, seq = keys.blob_version_bytes(base_key), base_seq
+            writes = None
+            if before is not None:
+                growth = len(typed[1]) - len(base_payload)
+                if growth >= WRITE_DICT_MIN:
+                    writes = self._recent_writes(
+                        keys.ns_prefix(t, n), keys.uid(c), before, min(2 * growth, WRITE_DICT_MAX)
                     )
+            if base_ref or writes is not None:
+                record = self.codec.encode_delta(typed, base_payload, base_ref, seq, writes)
+            if record is not None and writes is not None:
+                mark = keys.wdep_key(t, n, c)
+                old = self.txn.get(mark, db=self.dbs.meta)
+                if old is None or bytes(old) < writes.hi:
+                    self.txn.put(mark, writes.hi, db=self.dbs.meta)
         if record is None:
             record = self.codec.encode(list(typed))
         self.txn.put(key, record, db=self.dbs.blobs)
         if len(typed[1]) >= DELTA_MIN:
             self.store.payloads.put(record, typed)
+
+    def _recent_writes(
+        self, prefix: bytes, cbytes: bytes, before: bytes, budget: int
+    ) -> WriteDict | None:
+        """The newest writes to a channel under checkpoints older than ``before``.
+
+        Walks back from ``before`` until at least ``budget`` payload bytes (or
+        ``WRITE_SCAN_MAX`` records) were seen, always finishing the checkpoint
+        it is in, so the range holds *every* write to the channel under each
+        checkpoint from ``lo`` to ``hi`` — what :meth:`ReadTxn.write_content`
+        reads back.
+        """
+        parts: list[bytes] = []
+        size = scanned = 0
+        lo = hi = None
+        plen = len(prefix)
+        cur = self.txn.cursor(db=self.dbs.writes)
+        ok = cur.prev() if cur.set_range(prefix + before) else cur.last()
+        while ok:
+            key = cur.key()
+            if not key.startswith(prefix):
+                break
+            cid = keys.write_checkpoint_key(key)[plen:]
+            if cid != lo and (size >= budget or scanned >= WRITE_SCAN_MAX):
+                break
+            scanned += 1
+            part = self._write_payload(key, cur.value(), cbytes)
+            if part is not None:
+                parts.append(part)
+                size += len(part)
+                hi = hi or cid
+                lo = cid
+            ok = cur.prev()
+        if lo is None or hi is None:
+            return None
+        parts.reverse()
+        return WriteDict(lo, hi, b"".join(parts))
+
+    def rebase_write_dependents(
+        self, t: int, n: int, hit: Callable[[bytes, bytes], bool], skip: Collection[bytes] = ()
+    ) -> int:
+        """Rewrite, without their writes, the blobs whose write range ``hit`` selects.
+
+        A delta blob over writes (see :meth:`put_blob`) needs the writes of
+        its checkpoint range exactly as they were. Every change to them goes
+        through here first, while they are still intact: a new write under a
+        checkpoint inside a range (:meth:`put_writes`, a fork resumed from an
+        old checkpoint) and the deletion of a checkpoint inside one
+        (:meth:`apply_plan`). ``hit(lo, hi)`` says whether a range is touched;
+        blobs in ``skip`` (about to be deleted) are left alone. Each rewritten
+        blob becomes a delta of its base alone, or a full record. Returns how
+        many were rewritten.
+        """
+        prefix = keys.ns_prefix(t, n)
+        rewrite: list[tuple[bytes, bytes, Typed]] = []
+        cur = self.txn.cursor(db=self.dbs.blobs)
+        ok = cur.set_range(prefix)
+        while ok and cur.key().startswith(prefix):
+            key, raw = cur.key(), cur.value()
+            if key not in skip:
+                span = self.codec.delta_range(raw, f"blobs/{key.hex()}")
+                if span is not None and hit(*span):
+                    rewrite.append((key, raw, self.blob_typed(key, raw)))
+            ok = cur.next()
+        for key, raw, typed in rewrite:
+            base_ref, seq = self.codec.delta_info(raw, f"blobs/{key.hex()}") or (b"", 0)
+            record = None
+            if base_ref:
+                base_key = keys.blob_base_key(key, base_ref)
+                base_raw = self.txn.get(base_key, db=self.dbs.blobs)
+                if base_raw is not None:
+                    base_payload = self.blob_typed(base_key, base_raw)[1]
+                    record = self.codec.encode_delta(typed, base_payload, base_ref, seq)
+            self.txn.put(key, record or self.codec.encode(list(typed)), db=self.dbs.blobs)
+        return len(rewrite)
 
     def _skip_delta_base(
         self, cur: Any, key: bytes, prefix: bytes
@@ -1091,7 +1262,7 @@ class WriteTxn(ReadTxn):
         t = self.intern(keys.KIND_THREAD, thread_id)
         n = self.intern(keys.KIND_NS, checkpoint_ns)
         for blob in blobs:
-            self.put_blob(t, n, blob.channel, blob.version, blob.value)
+            self.put_blob(t, n, blob.channel, blob.version, blob.value, before=cid)
         key = keys.checkpoint_key(t, n, cid)
         old = self.txn.get(key, db=self.dbs.checkpoints)
         if old is not None:
@@ -1138,6 +1309,16 @@ class WriteTxn(ReadTxn):
             c = self.intern(keys.KIND_CHANNEL, channel)
             cbytes = keys.uid(c)
             raw = cbytes + self.codec.encode(list(value), prefix=cbytes)
+            if idx >= 0:
+                # A new write under a checkpoint that a delta blob's write range
+                # covers would change that blob's dictionary: rebase it first.
+                mark = self.txn.get(keys.wdep_key(t, n, c), db=self.dbs.meta)
+                if (
+                    mark is not None
+                    and cid <= bytes(mark)
+                    and self.txn.get(key, db=self.dbs.writes) is None
+                ):
+                    self.rebase_write_dependents(t, n, lambda lo, hi: lo <= cid <= hi)
             self.txn.put(key, raw, overwrite=idx < 0, db=self.dbs.writes)
 
     def put_raw(self, db: Any, key: bytes, value: bytes) -> None:
@@ -1179,6 +1360,17 @@ class WriteTxn(ReadTxn):
         removed = self.measure(t, n, plan, versions, doomed)
         for _, blob in seeds:
             self.put_blob(t, n, blob.channel, blob.version, blob.value)
+        # Every rebase decodes through records that the deletions below remove
+        # (bases, and the writes of deleted checkpoints), so it comes first.
+        gone = sorted(keys.encode_id(cid) for cid in plan.delete)
+        if gone:
+
+            def hit(lo: bytes, hi: bytes) -> bool:
+                i = bisect.bisect_left(gone, lo)
+                return i < len(gone) and gone[i] <= hi
+
+            self.rebase_write_dependents(t, n, hit, skip=doomed)
+        self.rebase_dependents(t, n, set(doomed))
         for cid in plan.delete:
             self.delete_checkpoint(t, n, cid, runs.get(cid))
         for cid in (plan.hide | plan.unhide | set(plan.relink)) - plan.delete:
@@ -1194,7 +1386,6 @@ class WriteTxn(ReadTxn):
             if cid in plan.relink:
                 rec[0] = _parent_in(plan.relink[cid])
             self.txn.put(key, self.codec.encode(rec), db=self.dbs.checkpoints)
-        self.rebase_dependents(t, n, set(doomed))
         for key in doomed:
             self.txn.delete(key, db=self.dbs.blobs)
         removed["seeds"] = len(seeds)
@@ -1254,6 +1445,15 @@ class WriteTxn(ReadTxn):
                 if len(chunk) < 1024:
                     break
                 start = chunk[-1][0]
+        # The copied blobs' write ranges need their marks (see put_blob).
+        marks = []
+        cur = self.txn.cursor(db=self.dbs.meta)
+        ok = cur.set_range(keys.WDEP + prefix)
+        while ok and cur.key().startswith(keys.WDEP + prefix):
+            marks.append((cur.key()[len(keys.WDEP) :], cur.value()))
+            ok = cur.next()
+        for key, mark in marks:
+            self.txn.put(keys.WDEP + keys.rethread(key, d), mark, db=self.dbs.meta)
         return counts
 
     def import_records(self, records: Iterable[dict[str, Any]]) -> dict[str, int]:
@@ -1345,6 +1545,7 @@ class WriteTxn(ReadTxn):
                 )
         for db in (self.dbs.checkpoints, self.dbs.writes, self.dbs.blobs):
             self.delete_prefix(db, prefix)
+        self.delete_prefix(self.dbs.meta, keys.WDEP + prefix)
 
 
 class Store:
@@ -1509,13 +1710,23 @@ class Store:
         for dict_id, dictionary in dictionaries:
             self.codec.install(dict_id, dictionary, activate=dict_id == dictionaries[-1][0])
         self.codec.dictionary_loader = self._load_dictionary
-        if version != keys.FORMAT_VERSION:
+        if version in keys.READABLE_FORMATS and version != keys.FORMAT_VERSION:
+            if not self.readonly:
+                # Format 2 only adds record shapes that format-1 readers lack.
+                with self.env.begin(write=True) as txn:
+                    txn.put(
+                        b"format_version",
+                        ormsgpack.packb(keys.FORMAT_VERSION),
+                        db=self._dbs.meta,
+                    )
+        elif version != keys.FORMAT_VERSION:
             raise FormatVersionError(
                 f"store {self.path!r} has format version {version!r}; this deltalog reads "
                 f"format {keys.FORMAT_VERSION}. Upgrade deltalog to open it"
                 if isinstance(version, int) and version > keys.FORMAT_VERSION
-                else f"store {self.path!r} has format version {version!r}; this deltalog "
-                f"reads format {keys.FORMAT_VERSION}. Run `deltalog migrate-format` first"
+                else f"store {self.path!r} has format version {version!r}, which no deltalog "
+                f"wrote; this deltalog reads formats {sorted(keys.READABLE_FORMATS)}. The "
+                "store is damaged: restore it from a backup"
             )
 
     def _check_pid(self) -> None:

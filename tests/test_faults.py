@@ -717,3 +717,31 @@ def test_reads_of_a_closed_saver_fail_clearly(make_saver: Callable[..., DeltaLog
         saver.get_tuple(config)
     with pytest.raises(DeltaLogError, match="closed"):
         put_values(saver, "t", {"x": 2})
+
+
+def test_format_1_store_opens_and_is_marked_format_2(tmp_path: Path) -> None:
+    """R10: format 2 only adds delta blobs over writes, so a format-1 store opens; a
+    writable open marks it format 2 (older readers then refuse it), a read-only open
+    leaves it as it is."""
+    from deltalog.engine.store import Store
+
+    path = tmp_path / "store"
+    with DeltaLogSaver.from_path(path) as saver:
+        config = put_values(saver, "t", {"x": 1})
+    _set_format_version(path, 1)
+
+    def stored_version() -> Any:
+        env = lmdb.open(str(path), max_dbs=16, readonly=True, lock=False)
+        try:
+            meta = env.open_db(b"meta", create=False)
+            with env.begin() as txn:
+                return ormsgpack.unpackb(txn.get(b"format_version", db=meta))
+        finally:
+            env.close()
+
+    with DeltaLogSaver(Store(path, readonly=True)) as saver:
+        assert saver.get_tuple(config) is not None
+    assert stored_version() == 1
+    with DeltaLogSaver.from_path(path) as saver:
+        assert saver.get_tuple(config) is not None
+    assert stored_version() == keys.FORMAT_VERSION == 2
