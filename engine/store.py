@@ -1654,26 +1654,23 @@ class Store:
         # SIGBUS on a read past its end, killing the interpreter. That happens to
         # a store truncated by a bad copy, but also to a healthy one: LMDB may
         # allocate a page, free it in the same transaction and never write it.
-        # So a writable open zero-fills the gap (posix_fallocate never shrinks a
-        # file another process is extending): free pages stay free, and pages a
+        # So a writable open zero-fills the gap, and so does closing a writable
+        # store (posix_fallocate never shrinks a file another process is
+        # extending): free pages stay free, and pages a
         # truncation really lost read as damaged (CorruptRecordError, reported
         # by verify) instead of crashing. Size is read after the meta, so a
         # concurrent writer can only make the file look longer, never shorter.
-        used = (self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"]
-        size = os.path.getsize(data)
-        if size < used:
-            if self.readonly:
+        if self.readonly:
+            used, size = self._page_end(), os.path.getsize(data)
+            if size < used:
                 self.env.close()
                 raise StoreOpenError(
                     f"{data!r} is {size} bytes but its pages reach {used} bytes (truncated, or "
                     "last written by a transaction that freed pages it never wrote). Open it "
                     "writable once, which zero-fills the gap safely, or restore a backup"
                 )
-            with open(data, "r+b") as handle:
-                os.posix_fallocate(handle.fileno(), 0, used)
-            logger.warning(
-                "zero-filled %s from %d to %d bytes (pages past its end)", data, size, used
-            )
+        else:
+            self._fill_gap(logging.WARNING)
         stale = self.env.reader_check()
         if stale:
             logger.info("cleared %d stale LMDB reader slots in %s", stale, self.path)
@@ -1785,7 +1782,27 @@ class Store:
         _LIVE_STORES.discard(self)
         if os.getpid() == self._pid:
             with self._write_lock, self._rw.exclusive():
+                if not self.readonly:
+                    # Leave no gap for the next read-only open (see _fill_gap).
+                    with contextlib.suppress(OSError, lmdb.Error):
+                        self._fill_gap(logging.DEBUG)
                 self.env.close()
+
+    def _page_end(self) -> int:
+        """Bytes the pages in use reach, by the current meta page."""
+        return int((self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"])
+
+    def _fill_gap(self, level: int) -> None:
+        """Zero-fill the data file up to the pages in use (see _open_env)."""
+        data = os.path.join(self.path, "data.mdb")
+        used = self._page_end()
+        size = os.path.getsize(data)
+        if size < used:
+            with open(data, "r+b") as handle:
+                os.posix_fallocate(handle.fileno(), 0, used)
+            logger.log(
+                level, "zero-filled %s from %d to %d bytes (pages past its end)", data, size, used
+            )
 
     # -- transactions ---------------------------------------------------------------
 
