@@ -52,6 +52,7 @@ contiguous and in version order; nothing here depends on the serializer.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import struct
@@ -146,15 +147,27 @@ def u64(n: int) -> bytes:
     return _U64.pack(n)
 
 
+# Every key starts with two or three uids; encoding them is a measurable part
+# of a put. Ids are small and few, so a plain dict memoizes them.
+_UID_CACHE: Final = 1 << 16
+_UIDS: dict[int, bytes] = {}
+
+
 def uid(n: int) -> bytes:
     """An interned id inside a key: one length byte, then the id's minimal
     big-endian bytes. Order-preserving (shorter numbers sort first) and
     self-delimiting; 2 bytes for the first 255 names instead of 8, which on a
     chat thread saved ~110 bytes of keys per turn."""
+    cached = _UIDS.get(n)
+    if cached is not None:
+        return cached
     if n < 0:
         raise ValueError(f"name id {n} is negative")
     raw = n.to_bytes(max(1, (n.bit_length() + 7) // 8), "big")
-    return bytes((len(raw),)) + raw
+    out = bytes((len(raw),)) + raw
+    if len(_UIDS) < _UID_CACHE:
+        _UIDS[n] = out
+    return out
 
 
 def decode_uid(buf: bytes, pos: int) -> tuple[int, int]:
@@ -206,7 +219,17 @@ def decode_str(buf: bytes, pos: int) -> tuple[str, int]:
 
 
 def encode_id(checkpoint_id: str) -> bytes:
-    """Encode a checkpoint id (R4): 16 bytes for uuid/ULID strings, else a ``str``."""
+    """Encode a checkpoint id (R4): 16 bytes for uuid/ULID strings, else a ``str``.
+
+    Memoized for ``str`` ids: a put encodes its own id and its parent's several
+    times, and the next put encodes the same id again as its parent.
+    """
+    if type(checkpoint_id) is str:
+        return _encode_id_cached(checkpoint_id)
+    return _encode_id(checkpoint_id)
+
+
+def _encode_id(checkpoint_id: str) -> bytes:
     if not isinstance(checkpoint_id, str):
         raise InvalidInputError(
             f"checkpoint_id {checkpoint_id!r} is a {type(checkpoint_id).__name__}; "
@@ -256,7 +279,17 @@ def encode_idx(idx: int) -> bytes:
 
 
 def encode_version(version: str | int | float) -> bytes:
-    """Encode a channel version (order-preserving within one type)."""
+    """Encode a channel version (order-preserving within one type).
+
+    Memoized for plain ``str``/``int``/``float`` versions (typed, so ``1`` and
+    ``1.0`` stay apart): every put validates all of a checkpoint's versions.
+    """
+    if type(version) in (str, int, float):
+        return _encode_version_cached(version)
+    return _encode_version(version)
+
+
+def _encode_version(version: str | int | float) -> bytes:
     if isinstance(version, bool):
         raise InvalidInputError(f"channel version {version!r} is a bool; use int, float or str")
     if isinstance(version, int):
@@ -281,6 +314,10 @@ def encode_version(version: str | int | float) -> bytes:
     raise InvalidInputError(
         f"channel version {version!r} is a {type(version).__name__}; use int, float or str"
     )
+
+
+_encode_id_cached = functools.lru_cache(maxsize=8192)(_encode_id)
+_encode_version_cached = functools.lru_cache(maxsize=8192, typed=True)(_encode_version)
 
 
 def decode_version(buf: bytes, pos: int) -> tuple[str | int | float, int]:
