@@ -29,7 +29,6 @@ tag   body
 
 from __future__ import annotations
 
-import threading
 import zlib
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple, Protocol
@@ -126,7 +125,13 @@ class Compressor(Protocol):
 
 
 class ZstdCompressor:
-    """zstandard with per-thread contexts (zstd contexts are not thread-safe).
+    """zstandard with pooled contexts (a zstd context is not thread-safe).
+
+    A context is taken from a pool for one call and put back after it, so any
+    number of threads share a few contexts. Thread-local contexts were rebuilt
+    all the time: LangGraph runs each invoke's saver calls on a fresh thread
+    pool, and a context with the trained dictionary costs ~60 µs to build
+    (344 were built for 240 invokes here).
 
     Level 3 is zstd's default: on chat transcripts it reached 2.6x at ~300 MB/s
     here, where level 9 gained 4 % more for 4x the CPU.
@@ -134,23 +139,34 @@ class ZstdCompressor:
 
     def __init__(self, level: int = 3) -> None:
         self.level = level
-        self._local = threading.local()
+        # list.pop/append are atomic: no lock is needed around the pools.
+        self._plain: list[tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]] = []
+        self._dicts: dict[int, list[tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]]]
+        self._dicts = {}
+        self._prepared: dict[int, zstandard.ZstdCompressionDict] = {}
 
-    def _ctx(self) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
-        ctx = getattr(self._local, "ctx", None)
-        if ctx is None:
-            ctx = (zstandard.ZstdCompressor(level=self.level), zstandard.ZstdDecompressor())
-            self._local.ctx = ctx
-        return ctx  # type: ignore[no-any-return]
+    def _take(self) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+        try:
+            return self._plain.pop()
+        except IndexError:
+            return (zstandard.ZstdCompressor(level=self.level), zstandard.ZstdDecompressor())
 
     def compress(self, data: bytes) -> bytes:
         """Compress with the content size in the frame header."""
-        return self._ctx()[0].compress(data)  # type: ignore[no-any-return]
+        ctx = self._take()
+        try:
+            return ctx[0].compress(data)  # type: ignore[no-any-return]
+        finally:
+            self._plain.append(ctx)
 
     def decompress(self, data: bytes) -> bytes:
         """Decompress one frame, refusing frames that declare absurd sizes."""
         _check_frame(data)
-        return self._ctx()[1].decompress(data)  # type: ignore[no-any-return]
+        ctx = self._take()
+        try:
+            return ctx[1].decompress(data)  # type: ignore[no-any-return]
+        finally:
+            self._plain.append(ctx)
 
     def compress_with_base(self, data: bytes, base: bytes, level: int = DELTA_LEVEL) -> bytes:
         """zstd with ``base`` as a raw-content dictionary: the frame costs about
@@ -171,29 +187,44 @@ class ZstdCompressor:
         reader = zstandard.ZstdDecompressor(dict_data=dictionary, max_window_size=2**MAX_WINDOW_LOG)
         return reader.decompress(data)  # type: ignore[no-any-return]
 
-    def _dict_ctx(
+    def _take_dict(
         self, dict_id: int, dictionary: bytes
-    ) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
-        contexts = getattr(self._local, "dicts", None)
-        if contexts is None:
-            contexts = self._local.dicts = {}
-        ctx = contexts.get(dict_id)
-        if ctx is None:
-            prepared = zstandard.ZstdCompressionDict(dictionary)
-            ctx = contexts[dict_id] = (
+    ) -> tuple[
+        list[tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]],
+        tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor],
+    ]:
+        pool = self._dicts.get(dict_id)
+        if pool is None:
+            pool = self._dicts.setdefault(dict_id, [])
+        try:
+            return pool, pool.pop()
+        except IndexError:
+            prepared = self._prepared.get(dict_id)
+            if prepared is None:
+                prepared = self._prepared.setdefault(
+                    dict_id, zstandard.ZstdCompressionDict(dictionary)
+                )
+            return pool, (
                 zstandard.ZstdCompressor(level=self.level, dict_data=prepared),
                 zstandard.ZstdDecompressor(dict_data=prepared),
             )
-        return ctx  # type: ignore[no-any-return]
 
     def compress_with_dict(self, data: bytes, dict_id: int, dictionary: bytes) -> bytes:
-        """Compress with a trained dictionary (contexts cached per thread and id)."""
-        return self._dict_ctx(dict_id, dictionary)[0].compress(data)  # type: ignore[no-any-return]
+        """Compress with a trained dictionary (pooled contexts per dictionary id)."""
+        pool, ctx = self._take_dict(dict_id, dictionary)
+        try:
+            return ctx[0].compress(data)  # type: ignore[no-any-return]
+        finally:
+            pool.append(ctx)
 
     def decompress_with_dict(self, data: bytes, dict_id: int, dictionary: bytes) -> bytes:
         """Invert :meth:`compress_with_dict`."""
         _check_frame(data)
-        return self._dict_ctx(dict_id, dictionary)[1].decompress(data)  # type: ignore[no-any-return]
+        pool, ctx = self._take_dict(dict_id, dictionary)
+        try:
+            return ctx[1].decompress(data)  # type: ignore[no-any-return]
+        finally:
+            pool.append(ctx)
 
 
 def _check_frame(data: bytes) -> None:
