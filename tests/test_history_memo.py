@@ -320,6 +320,65 @@ def test_a_seed_stored_later_for_an_ancestor_version(
     assert message_ids(history) == ["seed", "a"]
 
 
+def test_overwritten_and_late_inserted_checkpoints(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """A checkpoint stored again, and a missing parent stored after its child was read."""
+    saver = make_saver()
+    _put(saver, 1, None, "1")
+    _write(saver, 1, "r")
+    _put(saver, 3, 1, "3")
+    _write(saver, 3, "b")
+    _put(saver, 4, 3, "4")
+    # 5's parent (2) is missing: its history is empty, though writes wait under 2.
+    _write(saver, 2, "early")
+    _put(saver, 5, 2, "5")
+    _put(saver, 6, 5, "6")
+    for _ in range(2):
+        assert message_ids(assert_same(saver, at("t", _id(4)))) == ["r", "b"]
+        assert message_ids(assert_same(saver, at("t", _id(6)))) == []
+    hits = saver.store.memo.hits
+    assert hits > 0
+    # Store 3 again with a version that has a stored value: it becomes the seed.
+    _put(saver, 3, 1, "3b", _DeltaSnapshot([AIMessage("seeded", id="seed")]))
+    assert message_ids(assert_same(saver, at("t", _id(4)))) == ["seed", "b"]
+    # Store the missing parent 2 (below the newest key): 5 and 6 now walk through it.
+    _put(saver, 2, 1, "2")
+    assert message_ids(assert_same(saver, at("t", _id(6)))) == ["r", "early"]
+    for _ in range(2):
+        assert_same(saver, at("t", _id(6)))
+    assert saver.store.memo.hits > hits
+
+
+def test_a_blob_committed_while_a_reader_walks_an_older_snapshot(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """A reader of an older snapshot must not remember a history a newer blob changed.
+
+    The blob is committed after the reader's snapshot but before the reader
+    registers the blob key it found missing, so only the log of recent
+    commits' new blobs can refuse the entry.
+    """
+    saver = make_saver()
+    _put(saver, 1, None, "1")
+    _write(saver, 1, "r")
+    _put(saver, 2, 1, "2")
+    _write(saver, 2, "a")
+    _put(saver, 3, 2, "3")
+    with saver.store.read() as r:
+        ids = r.ids("t", "")
+        assert ids is not None
+        writer = threading.Thread(
+            target=_put, args=(saver, 4, 3, "2", _DeltaSnapshot([AIMessage("seeded", id="seed")]))
+        )
+        writer.start()
+        writer.join()
+        old = r.history(*ids, _id(3), CHANNELS)["messages"]
+        assert old.seed is None and [w.task_id for w in old.writes] == ["r", "a"]
+    for _ in range(2):
+        assert message_ids(assert_same(saver, at("t", _id(3)))) == ["seed", "a"]
+
+
 def test_mutating_returned_values_changes_nothing(make_saver: Callable[..., DeltaLogSaver]) -> None:
     """Callers get private objects: seed, writes and their messages, on hits and extensions."""
     saver = make_saver()
