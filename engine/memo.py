@@ -46,8 +46,10 @@ __all__ = ["HistoryMemo"]
 # Own commits whose new blob keys are remembered for readers that build an
 # entry from an older snapshot (see HistoryMemo.put).
 _BLOB_LOG: Final = 512
-# Past these, the bookkeeping starts over (entries are rebuilt on demand).
-_MAX_ABSENT: Final = 1_000_000
+# Past these, the bookkeeping starts over (entries are rebuilt on demand). A
+# walk registers about one missing blob key per checkpoint it reads fresh, so
+# 65,536 keys (~6 MB) last tens of thousands of invokes.
+_MAX_ABSENT: Final = 65_536
 _MAX_GROUPS: Final = 100_000
 
 
