@@ -20,11 +20,12 @@ import contextlib
 import gc
 import pickle
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["DecodedCache", "EnvelopeCache", "PayloadCache", "gc_paused"]
+__all__ = ["DecodedCache", "EnvelopeCache", "HistoryCopies", "PayloadCache", "gc_paused"]
 
 
 @contextlib.contextmanager
@@ -181,3 +182,80 @@ class EnvelopeCache:
             self._entries.clear()
         self._entries[record] = envelope
         return envelope
+
+
+Chunks = tuple[tuple[int, bytes], ...]
+"""Pickled runs of a decoded list: (item count, pickle of those items), in order."""
+
+
+class HistoryCopies:
+    """Decoded write lists of remembered delta histories, kept as private pickles.
+
+    Writes are a few hundred bytes each, far below :class:`DecodedCache`'s
+    ``min_record``, and a history holds up to ``snapshot_frequency`` of them:
+    decoding them one by one through the serde (which rebuilds pydantic
+    messages) was most of ``get_delta_channel_history``. Here the decoded list
+    of a history memo entry is kept as a few pickles; the history of the next
+    checkpoint (the same list plus the writes of the checkpoints added since)
+    unpickles them, decodes only the new writes, and stores the old chunks
+    plus one new one. Chunks merge like a binary counter (two neighbours merge
+    while the older holds no more items than the newer), so a history of ``n``
+    writes is ~log2(n) ``pickle.loads`` calls and each write is re-pickled
+    ~log2(n) times in its life.
+
+    Keyed weakly by the store's memo entry: an evicted entry takes its pickles
+    with it. Pickles are made only from values this process decoded (or
+    unpickled from its own pickles) and every caller gets fresh objects.
+    Single dictionary operations need no lock (the GIL makes them atomic; a
+    lock could also be inherited locked by a forked child).
+    """
+
+    def __init__(self) -> None:
+        self._entries: weakref.WeakKeyDictionary[object, Chunks] = weakref.WeakKeyDictionary()
+        self.hits = 0
+
+    def get(self, entry: object) -> Chunks | None:
+        """The chunks kept for ``entry``."""
+        return self._entries.get(entry)
+
+    def put(self, entry: object, chunks: Chunks) -> None:
+        """Keep ``chunks`` for ``entry`` (for as long as the entry lives)."""
+        self._entries[entry] = chunks
+
+    def extend(self, chunks: Chunks, fresh: list[Any]) -> tuple[list[Any], Chunks | None]:
+        """Unpickle ``chunks`` and append ``fresh``: (new list, chunks of that list).
+
+        ``fresh`` is pickled (and neighbouring chunks merged, re-pickled from
+        the objects just unpickled) before anything is handed out, so the
+        chunks hold the values as decoded. The second item is None when a
+        value cannot be pickled.
+        """
+        runs = [_loads(p) for _, p in chunks]
+        self.hits += 1
+        out: list[Any] = [item for run in runs for item in run]
+        out.extend(fresh)
+        if not fresh:
+            return out, chunks
+        try:
+            kept = [*chunks, (len(fresh), _dumps(fresh))]
+            runs.append(fresh)
+            while len(kept) >= 2 and kept[-2][0] <= kept[-1][0]:
+                merged = runs[-2] + runs[-1]
+                del kept[-2:], runs[-2:]
+                kept.append((len(merged), _dumps(merged)))
+                runs.append(merged)
+        except Exception:  # unpicklable value: correct, just not kept
+            return out, None
+        return out, tuple(kept)
+
+    @staticmethod
+    def start(decoded: list[Any]) -> Chunks | None:
+        """Chunks holding ``decoded`` (pickled now), or None if it cannot be pickled."""
+        try:
+            return ((len(decoded), _dumps(decoded)),)
+        except Exception:
+            return None
+
+
+def _dumps(value: Any) -> bytes:
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)

@@ -7,7 +7,7 @@ plain data and keeps the LMDB code small.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from deltalog.engine.store_rows import StoredValue, WriteRow
@@ -30,11 +30,13 @@ class DeltaWalk:
     remaining: set[str] = field(init=False)
     _collected: dict[str, list[list[WriteRow]]] = field(init=False)
     _seeds: dict[str, StoredValue] = field(init=False)
+    _older: dict[str, Sequence[WriteRow]] = field(init=False)
 
     def __post_init__(self) -> None:
         self.remaining = set(self.channels)
         self._collected = {c: [] for c in self.channels}
         self._seeds = {}
+        self._older = {}
 
     @property
     def done(self) -> bool:
@@ -59,11 +61,30 @@ class DeltaWalk:
                 self._seeds[channel] = value
                 self.remaining.discard(channel)
 
+    def adopt(self, channel: str, seed: StoredValue | None, older: Sequence[WriteRow]) -> None:
+        """Finish ``channel`` with the known history of the ancestor visited last.
+
+        The history of a checkpoint is the walk from its parent, so once the
+        walk has visited an ancestor whose own history is known (seed and
+        writes, oldest first), the rest of the walk would find exactly that.
+
+        Args:
+            channel: A remaining channel.
+            seed: The known history's seed, or None (it reached the root).
+            older: Its writes, oldest first; they go before everything collected.
+        """
+        if channel not in self.remaining:
+            raise ValueError(f"channel {channel!r} is not being walked")
+        if seed is not None:
+            self._seeds[channel] = seed
+        self._older[channel] = older
+        self.remaining.discard(channel)
+
     def result(self) -> dict[str, tuple[StoredValue | None, list[WriteRow]]]:
         """Channel → (seed or None, writes oldest→newest)."""
         out: dict[str, tuple[StoredValue | None, list[WriteRow]]] = {}
         for channel in self.channels:
-            ordered: list[WriteRow] = []
+            ordered: list[WriteRow] = list(self._older.get(channel, ()))
             for rows in reversed(self._collected[channel]):
                 ordered.extend(rows)
             out[channel] = (self._seeds.get(channel), ordered)

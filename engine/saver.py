@@ -39,7 +39,7 @@ from typing import Any, TypeVar, cast
 
 from deltalog.channels.replay import ChannelSource, delta_channels, replay_history
 from deltalog.engine import keys
-from deltalog.engine.cache import DecodedCache, gc_paused
+from deltalog.engine.cache import DecodedCache, HistoryCopies, gc_paused
 from deltalog.engine.codec import RecordCodec
 from deltalog.engine.core import Node, Plan, plan_delete, plan_keep
 from deltalog.engine.errors import ConfigError, DeltaChainError, DeltaLogError, InvalidInputError
@@ -48,6 +48,7 @@ from deltalog.engine.store import Store, WriteTxn
 from deltalog.engine.store_rows import (
     BlobRow,
     CheckpointRow,
+    DeltaHistory,
     StoredValue,
     ThreadSummary,
     Typed,
@@ -116,6 +117,7 @@ class DeltaLogSaver(
         self.store = store
         self.owns_store = owns_store
         self.cache = DecodedCache(cache_bytes)
+        self.history_copies = HistoryCopies()
         self._executor: ThreadPoolExecutor | None = None
         self._shared = False
 
@@ -225,6 +227,7 @@ class DeltaLogSaver(
         clone = cast(DeltaLogSaver, super().with_allowlist(extra_allowlist))
         if clone is not self:
             clone.cache = DecodedCache(self.cache.max_bytes, self.cache.min_record)
+            clone.history_copies = HistoryCopies()
         return clone
 
     def _to_tuple(self, row: CheckpointRow) -> CheckpointTuple:
@@ -381,23 +384,43 @@ class DeltaLogSaver(
         with self.store.read() as r:
             ids = r.ids(thread_id, checkpoint_ns)
             raw = (
-                r.delta_history(*ids, checkpoint_id, channels)
+                r.history(*ids, checkpoint_id, channels)
                 if ids is not None
-                else {c: (None, []) for c in channels}
+                else {c: DeltaHistory(None, ()) for c in channels}
             )
-        loads = self.serde.loads_typed
         result: dict[str, DeltaChannelHistory] = {}
         # Hundreds of writes plus a seed make tens of thousands of objects.
         with gc_paused():
             for channel in channels:
-                seed, writes = raw[channel]
-                entry: DeltaChannelHistory = {
-                    "writes": [(w.task_id, w.channel, loads(w.value)) for w in writes]
-                }
-                if seed is not None:
-                    entry["seed"] = self._load(seed)
+                history = raw[channel]
+                entry: DeltaChannelHistory = {"writes": self._history_writes(history)}
+                if history.seed is not None:
+                    entry["seed"] = self._load(history.seed)
                 result[channel] = entry
         return result
+
+    def _history_writes(self, history: DeltaHistory) -> builtins.list[Any]:
+        """Decoded ``(task_id, channel, value)`` of a history's writes: private objects.
+
+        When the history extends a remembered one whose decoded list this saver
+        kept (:class:`~deltalog.engine.cache.HistoryCopies`), only the writes
+        read fresh go through the serde; the rest are unpickled copies.
+        """
+        loads = self.serde.loads_typed
+        copies = self.history_copies
+        base = history.base
+        chunks = copies.get(base) if base is not None else None
+        if base is not None and chunks is not None:
+            fresh = [
+                (w.task_id, w.channel, loads(w.value)) for w in history.writes[len(base.writes) :]
+            ]
+            decoded, kept = copies.extend(chunks, fresh)
+        else:
+            decoded = [(w.task_id, w.channel, loads(w.value)) for w in history.writes]
+            kept = copies.start(decoded) if history.entry is not None else None
+        if history.entry is not None and history.entry is not base and kept is not None:
+            copies.put(history.entry, kept)
+        return decoded
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -486,7 +509,7 @@ class DeltaLogSaver(
             InvalidInputError: An unserializable value, a bad id or version.
         """
         op, out = self._prepare_put(config, checkpoint, metadata, new_versions)
-        self.store.write(op)
+        self.store.write(op, history_safe=True)
         return out
 
     def _prepare_writes(
@@ -553,7 +576,9 @@ class DeltaLogSaver(
             ConfigError: Missing ``thread_id`` or ``checkpoint_id``.
             InvalidInputError: A malformed write or unserializable value.
         """
-        self.store.write(self._prepare_writes(config, writes, task_id, task_path))
+        self.store.write(
+            self._prepare_writes(config, writes, task_id, task_path), history_safe=True
+        )
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, write and blob of a thread, in one transaction.
@@ -992,9 +1017,10 @@ class DeltaLogSaver(
             self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="deltalog-writer")
         return self._executor
 
-    async def _in_writer(self, op: Callable[[WriteTxn], T]) -> T:
+    async def _in_writer(self, op: Callable[[WriteTxn], T], *, history_safe: bool = False) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._writer_pool(), self.store.write, op)
+        write = functools.partial(self.store.write, op, history_safe=history_safe)
+        return await loop.run_in_executor(self._writer_pool(), write)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async :meth:`get_tuple` (a short memory-mapped read, run inline)."""
@@ -1021,7 +1047,7 @@ class DeltaLogSaver(
     ) -> RunnableConfig:
         """Async :meth:`put`: serializes now, commits (and fsyncs) off the event loop."""
         op, out = self._prepare_put(config, checkpoint, metadata, new_versions)
-        await self._in_writer(op)
+        await self._in_writer(op, history_safe=True)
         return out
 
     async def aput_writes(
@@ -1032,7 +1058,9 @@ class DeltaLogSaver(
         task_path: str = "",
     ) -> None:
         """Async :meth:`put_writes`: serializes now, commits off the event loop."""
-        await self._in_writer(self._prepare_writes(config, writes, task_id, task_path))
+        await self._in_writer(
+            self._prepare_writes(config, writes, task_id, task_path), history_safe=True
+        )
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Async :meth:`delete_thread`."""

@@ -47,10 +47,13 @@ from deltalog.engine.errors import (
     StoreOpenError,
     ThreadExistsError,
 )
+from deltalog.engine.memo import HistoryMemo
 from deltalog.engine.store_rows import (
     FLAG_HIDDEN,
     BlobRow,
     CheckpointRow,
+    DeltaHistory,
+    HistoryEntry,
     StoredValue,
     ThreadSummary,
     Typed,
@@ -213,10 +216,11 @@ class _RWLock:
 
 
 class _Request(Generic[T]):
-    __slots__ = ("done", "error", "op", "value")
+    __slots__ = ("done", "error", "history_safe", "op", "value")
 
-    def __init__(self, op: Callable[[WriteTxn], T]) -> None:
+    def __init__(self, op: Callable[[WriteTxn], T], history_safe: bool = False) -> None:
         self.op = op
+        self.history_safe = history_safe
         self.done = False
         self.value: T | None = None
         self.error: BaseException | None = None
@@ -224,6 +228,10 @@ class _Request(Generic[T]):
 
 class ReadTxn:
     """A read transaction with typed accessors. Valid only inside ``Store.read()``."""
+
+    memo_reads: bool = True
+    """Whether :meth:`history` may use the history memo (never in a write transaction,
+    whose view includes uncommitted changes)."""
 
     def __init__(self, store: Store, txn: Any) -> None:
         self.store = store
@@ -508,31 +516,97 @@ class ReadTxn:
     def delta_history(
         self, t: int, n: int, checkpoint_id: str | None, channels: Sequence[str]
     ) -> dict[str, tuple[StoredValue | None, list[WriteRow]]]:
-        """Seed and writes of each channel back from a checkpoint (R6).
+        """Seed and writes of each channel back from a checkpoint (R6), walked cold.
 
         Runs inside this one read transaction. Cost: one record decode and one
         blob probe per ancestor back to the nearest seed, plus the decoding of
         that ancestor's writes to the asked channels; writes of other channels
         are skipped by a short bytes compare. Never proportional to thread length.
+        The history memo is neither read nor filled (see :meth:`history`).
         """
+        found = self._history(t, n, checkpoint_id, channels, use_memo=False)
+        return {c: (h.seed, list(h.writes)) for c, h in found.items()}
+
+    def history(
+        self, t: int, n: int, checkpoint_id: str | None, channels: Sequence[str]
+    ) -> dict[str, DeltaHistory]:
+        """What :meth:`delta_history` returns, through the store's history memo.
+
+        The walk stops at the first ancestor whose own history the memo holds
+        (valid for this snapshot, see :mod:`deltalog.engine.memo`) and appends
+        what it read fresh; the result is remembered for the asked checkpoint.
+        So each invoke of a thread reads only the checkpoints added since the
+        previous one.
+        """
+        return self._history(t, n, checkpoint_id, channels, use_memo=True)
+
+    def _history(
+        self,
+        t: int,
+        n: int,
+        checkpoint_id: str | None,
+        channels: Sequence[str],
+        *,
+        use_memo: bool,
+    ) -> dict[str, DeltaHistory]:
         walk = DeltaWalk(tuple(channels))
+        prefix = keys.ns_prefix(t, n)
         if checkpoint_id is None:
-            key = self.latest_key(t, n)
-            if key is None:
-                return walk.result()
-            checkpoint_id = keys.decode_checkpoint_key(key)[2]
+            target = self.latest_key(t, n)
+            if target is None:
+                return _histories(walk)
+            checkpoint_id = keys.decode_checkpoint_key(target)[2]
+        else:
+            target = prefix + keys.encode_id(checkpoint_id)
+        raw = self.txn.get(target, db=self.dbs.checkpoints)
+        if raw is None:
+            return _histories(walk)
+        envelopes = self.store.envelopes
         try:
-            env = self.envelope(t, n, checkpoint_id)
+            cached = envelopes.get(raw)
+            if cached is None:
+                rec = self.codec.decode(raw, f"checkpoints/{target.hex()}")
+                try:
+                    cached = envelopes.put(raw, (rec[0], rec[1]))
+                except Exception as exc:
+                    raise CorruptRecordError(
+                        f"record checkpoints/{target.hex()} has an unexpected shape ({exc})"
+                    ) from exc
+            parent_id = _parent_out(cached[0])
         except CorruptRecordError as exc:
             raise self._damaged(t, n, checkpoint_id, exc) from exc
-        if env is None:
-            return walk.result()
+        memo = self.store.memo
+        snapshot = self.txn.id() if use_memo and self.memo_reads else -1
+        usable = snapshot >= 0 and memo.usable(snapshot)
+        epoch = memo.epoch
         ids = {c: self.name_id(keys.KIND_CHANNEL, c) for c in channels}
-        wanted = {keys.uid(i): c for c, i in ids.items() if i is not None}
-        envelopes = self.store.envelopes
+        # Channel → the remembered history the result extends, and the entry
+        # remembered for the target itself (an exact hit, or stored below).
+        bases: dict[str, HistoryEntry] = {}
+        entries: dict[str, HistoryEntry] = {}
+        for channel, channel_id in ids.items():
+            if channel_id is None:
+                # Never interned: no write or blob of it exists anywhere.
+                walk.adopt(channel, None, ())
+            elif usable:
+                exact = memo.get(t, n, target, channel, snapshot, epoch)
+                if exact is not None:
+                    walk.adopt(channel, exact.seed, exact.writes)
+                    bases[channel] = entries[channel] = exact
+        if walk.done:
+            return _histories(walk, entries=entries, bases=bases)
+        wanted = {keys.uid(i): c for c, i in ids.items() if i is not None and c in walk.remaining}
+        blob_prefixes = {
+            c: prefix + keys.uid(i) for c, i in ids.items() if i is not None and c in walk.remaining
+        }
+        # Entries are built only along links whose child key is greater than the
+        # parent key, and only blob keys probed missing can turn into seeds later.
+        monotonic = True
+        absent: list[bytes] = []
+        child = target
         # Records hold the parent as its encoded key bytes, so the walk goes
         # from record to record without re-encoding ids.
-        cursor: bytes | None = None if env[0] is None else keys.encode_id(env[0])
+        cursor: bytes | None = None if parent_id is None else keys.encode_id(parent_id)
         steps = 0
         while cursor is not None and not walk.done:
             steps += 1
@@ -541,7 +615,9 @@ class ReadTxn:
                     f"ancestor walk from {checkpoint_id!r} exceeded {MAX_WALK} steps; the "
                     "parent chain loops. Run `deltalog verify`"
                 )
-            key = keys.checkpoint_key(t, n, cursor)
+            key = prefix + cursor
+            if key >= child:
+                monotonic = False
             raw = self.txn.get(key, db=self.dbs.checkpoints)
             if raw is None:
                 break
@@ -554,18 +630,51 @@ class ReadTxn:
                 seeds: dict[str, StoredValue] = {}
                 for channel in walk.remaining:
                     version = versions.get(channel)
-                    if version is not None and ids[channel] is not None:
-                        value = self.blob(t, n, channel, version)
-                        if value is not None:
-                            seeds[channel] = value
+                    if version is None:
+                        continue
+                    bkey = blob_prefixes[channel] + keys.encode_version(version)
+                    braw = self.txn.get(bkey, db=self.dbs.blobs)
+                    if braw is None:
+                        absent.append(bkey)
+                    else:
+                        seeds[channel] = StoredValue(
+                            braw, f"blobs/{bkey.hex()}", self.blob_typed(bkey, braw)
+                        )
                 walk.visit(self.writes(key, wanted) if wanted else (), seeds)
-                if seeds:
+                adopted = False
+                if usable:
+                    for channel in tuple(walk.remaining):
+                        known = memo.get(t, n, key, channel, snapshot, epoch)
+                        if known is not None:
+                            walk.adopt(channel, known.seed, known.writes)
+                            bases[channel] = known
+                            adopted = True
+                if seeds or adopted:
                     wanted = {b: c for b, c in wanted.items() if c in walk.remaining}
             except CorruptRecordError as exc:
                 ancestor = keys.decode_checkpoint_key(key)[2]
                 raise self._damaged(t, n, ancestor, exc, needed_by=checkpoint_id) from exc
+            child = key
             cursor = parent
-        return walk.result()
+        result = walk.result()
+        if usable and monotonic:
+            for channel, (seed, writes) in result.items():
+                if ids[channel] is None or channel in entries:
+                    continue
+                base = bases.get(channel)
+                if base is not None:
+                    fresh = writes[len(base.writes) :]
+                    payload = base.payload
+                else:
+                    fresh = writes
+                    payload = 0 if seed is None else len(seed.record) + len(seed.typed[1])
+                payload += sum(len(w.value[1]) for w in fresh)
+                entry = memo.put(
+                    t, n, target, channel, seed, tuple(writes), snapshot, epoch, absent, payload
+                )
+                if entry is not None:
+                    entries[channel] = entry
+        return _histories(walk, entries=entries, bases=bases, result=result)
 
     # -- maintenance reads -------------------------------------------------------------
 
@@ -1012,9 +1121,15 @@ class ReadTxn:
 class WriteTxn(ReadTxn):
     """A write transaction: the reads plus the mutations. One per write batch entry."""
 
+    memo_reads = False
+
     def __init__(self, store: Store, txn: Any, new_names: dict[tuple[bytes, str], int]) -> None:
         super().__init__(store, txn)
         self.new_names = new_names
+        # What this transaction may change in remembered histories (reported to
+        # the history memo before the commit, see Store._run_batch).
+        self.memo_groups: set[tuple[int, int]] = set()
+        self.memo_blobs: list[tuple[int, int, bytes]] = []
 
     def name_id(self, kind: bytes, name: str) -> int | None:
         hit = self.new_names.get((kind, name))
@@ -1110,6 +1225,7 @@ class WriteTxn(ReadTxn):
         if record is None:
             record = self.codec.encode(list(typed))
         self.txn.put(key, record, db=self.dbs.blobs)
+        self.memo_blobs.append((t, n, key))
         if len(typed[1]) >= DELTA_MIN:
             self.store.payloads.put(record, typed)
 
@@ -1264,6 +1380,11 @@ class WriteTxn(ReadTxn):
         for blob in blobs:
             self.put_blob(t, n, blob.channel, blob.version, blob.value, before=cid)
         key = keys.checkpoint_key(t, n, cid)
+        latest = self.latest_key(t, n)
+        if latest is not None and latest >= key:
+            # Overwritten, or inserted below a newer checkpoint: it may be the
+            # ancestor (or the missing parent) of a remembered history.
+            self.memo_groups.add((t, n))
         old = self.txn.get(key, db=self.dbs.checkpoints)
         if old is not None:
             old_run = self.codec.decode(old, f"checkpoints/{key.hex()}")[7]
@@ -1305,6 +1426,11 @@ class WriteTxn(ReadTxn):
             (keys.write_key(t, n, cid, task_path, task_id, idx), channel, idx, value)
             for channel, idx, value in writes
         ]
+        latest = self.latest_key(t, n)
+        if latest is not None and latest > keys.checkpoint_key(t, n, cid):
+            # Writes under a checkpoint that has a newer one may belong to the
+            # ancestor of a remembered history.
+            self.memo_groups.add((t, n))
         for key, channel, idx, value in rows:
             c = self.intern(keys.KIND_CHANNEL, channel)
             cbytes = keys.uid(c)
@@ -1565,6 +1691,8 @@ class Store:
         max_readers: LMDB reader slots (concurrent read transactions, all processes).
         delta_blobs: Store large channel values as deltas of their previous
             version (see :meth:`WriteTxn.put_blob`).
+        memo_entries: Delta histories remembered per process (see
+            :mod:`deltalog.engine.memo`); 0 turns the history memo off.
     """
 
     def __init__(
@@ -1579,6 +1707,7 @@ class Store:
         readonly: bool = False,
         max_readers: int = 126,
         delta_blobs: bool = True,
+        memo_entries: int = 4096,
     ) -> None:
         if map_size <= 0 or max_map_size < map_size:
             raise ValueError(
@@ -1596,6 +1725,7 @@ class Store:
         self.delta_blobs = delta_blobs
         self.payloads = PayloadCache()
         self.envelopes = EnvelopeCache()
+        self.memo = HistoryMemo(memo_entries)
         self._name_ids: dict[tuple[bytes, str], int] = {}
         self._names: dict[tuple[bytes, int], str] = {}
         self._closed = False
@@ -1679,6 +1809,9 @@ class Store:
         except BaseException:
             self.env.close()
             raise
+        # Whatever was committed before this open (also by this process before
+        # a fork) counts as another process's work.
+        self.memo.reset(self.env.info()["last_txnid"])
 
     def _init_dbs(self) -> None:
         try:
@@ -1787,6 +1920,7 @@ class Store:
                     with contextlib.suppress(OSError, lmdb.Error):
                         self._fill_gap(logging.DEBUG)
                 self.env.close()
+        self.memo.reset(0)
 
     def _page_end(self) -> int:
         """Bytes the pages in use reach, by the current meta page."""
@@ -1856,7 +1990,7 @@ class Store:
         finally:
             self._rw.release_read()
 
-    def write(self, op: Callable[[WriteTxn], T]) -> T:
+    def write(self, op: Callable[[WriteTxn], T], *, history_safe: bool = False) -> T:
         """Run ``op`` in a write transaction and commit it durably (R8).
 
         With group commit, concurrent callers queue their ops; when no commit
@@ -1867,11 +2001,17 @@ class Store:
         returns only after the commit holding its op is done, so a returned
         write is as durable as with one commit each. ``op`` may run more than
         once (map growth retries it) and must only touch the transaction.
+
+        ``history_safe`` declares that ``op`` changes records only through
+        :meth:`WriteTxn.put_checkpoint`, :meth:`WriteTxn.put_writes` and
+        :meth:`WriteTxn.put_blob`, which report what they may change to the
+        history memo. Any other op (deletion, maintenance, raw puts) makes the
+        commit count as changing every remembered history.
         """
         self._check_pid()
         if self.readonly:
             raise DeltaLogError(f"store {self.path!r} was opened read-only")
-        req: _Request[T] = _Request(op)
+        req: _Request[T] = _Request(op, history_safe)
         if not self.group_commit:
             with self._write_lock:
                 self._run_batch([req])
@@ -1909,11 +2049,15 @@ class Store:
         while True:
             names: dict[tuple[bytes, str], int] = {}
             txn = self._begin(write=True)
+            txn_id: int = txn.id()
+            self.memo.begin_write(txn_id)
+            wtxns: list[WriteTxn] = []
             try:
                 if len(pending) == 1:
                     req = pending[0]
                     try:
-                        req.value = req.op(WriteTxn(self, txn, names))
+                        wtxns.append(WriteTxn(self, txn, names))
+                        req.value = req.op(wtxns[-1])
                     except lmdb.MapFullError:
                         raise
                     except BaseException as exc:
@@ -1928,7 +2072,8 @@ class Store:
                         child = self.env.begin(write=True, parent=txn)
                         child_names: dict[tuple[bytes, str], int] = {}
                         try:
-                            req.value = req.op(WriteTxn(self, child, child_names))
+                            wtxns.append(WriteTxn(self, child, child_names))
+                            req.value = req.op(wtxns[-1])
                             child.commit()
                             names.update(child_names)
                         except lmdb.MapFullError:
@@ -1939,7 +2084,16 @@ class Store:
                             req.error = (
                                 _translate(exc, self.path) if isinstance(exc, lmdb.Error) else exc
                             )
+                # Before the commit is visible: a reader that sees it must also
+                # see what it invalidates (aborted ops are counted too: harmless).
+                self.memo.before_commit(
+                    txn_id,
+                    groups=[g for w in wtxns for g in w.memo_groups],
+                    everything=not all(req.history_safe for req in pending),
+                    new_blobs=[b for w in wtxns for b in w.memo_blobs],
+                )
                 txn.commit()
+                self.memo.committed(txn_id)
             except lmdb.MapFullError:
                 txn.abort()
                 if not self._grow():
@@ -1991,6 +2145,8 @@ class Store:
             return
         for _ in range(2):
             txn = self._begin(write=True)
+            txn_id: int = txn.id()
+            self.memo.begin_write(txn_id)
             try:
                 existing = ReadTxn(self, txn).dictionaries()
                 if existing:
@@ -1999,6 +2155,7 @@ class Store:
                     dict_id, dictionary = 1, trained
                     txn.put(b"dict:1", ormsgpack.packb(trained), db=self._dbs.meta)
                 txn.commit()
+                self.memo.committed(txn_id)
             except lmdb.MapFullError:
                 txn.abort()
                 if not self._grow():
@@ -2109,6 +2266,28 @@ def _after_fork_in_parent() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
+
+
+def _histories(
+    walk: DeltaWalk,
+    *,
+    entries: dict[str, HistoryEntry] | None = None,
+    bases: dict[str, HistoryEntry] | None = None,
+    result: dict[str, tuple[StoredValue | None, list[WriteRow]]] | None = None,
+) -> dict[str, DeltaHistory]:
+    """A walk's result as :class:`DeltaHistory` rows, with the memo entries involved."""
+    entries = entries or {}
+    bases = bases or {}
+    out: dict[str, DeltaHistory] = {}
+    for channel, (seed, writes) in (walk.result() if result is None else result).items():
+        entry = entries.get(channel)
+        out[channel] = DeltaHistory(
+            seed,
+            entry.writes if entry is not None else tuple(writes),
+            entry,
+            bases.get(channel),
+        )
+    return out
 
 
 def _split_write_value(raw: bytes) -> tuple[bytes, int, bytes]:

@@ -10,6 +10,8 @@ __all__ = [
     "FLAG_HIDDEN",
     "BlobRow",
     "CheckpointRow",
+    "DeltaHistory",
+    "HistoryEntry",
     "ThreadSummary",
     "Typed",
     "Version",
@@ -41,6 +43,46 @@ class StoredValue(NamedTuple):
     record: builtins.bytes
     where: str
     typed: Typed
+
+
+class HistoryEntry:
+    """One remembered delta history of a channel at a checkpoint (see :mod:`deltalog.engine.memo`).
+
+    Immutable once built. Identity matters: the saver keys its decoded copies
+    of ``writes`` by the entry object (weakly), so they go when it does.
+    """
+
+    __slots__ = ("__weakref__", "built_at", "cost", "epoch", "payload", "seed", "writes")
+
+    def __init__(
+        self,
+        seed: StoredValue | None,
+        writes: tuple[WriteRow, ...],
+        built_at: int,
+        epoch: int,
+        cost: int,
+        payload: int,
+    ) -> None:
+        self.seed = seed
+        self.writes = writes
+        self.built_at = built_at
+        self.epoch = epoch
+        self.cost = cost
+        self.payload = payload
+
+
+class DeltaHistory(NamedTuple):
+    """One channel's delta history as the store read it.
+
+    ``writes`` is ``base.writes`` followed by the writes read fresh when
+    ``base`` is set (the walk stopped at a remembered history); ``entry`` is
+    the history remembered for the asked checkpoint, if it was.
+    """
+
+    seed: StoredValue | None
+    writes: tuple[WriteRow, ...]
+    entry: HistoryEntry | None = None
+    base: HistoryEntry | None = None
 
 
 class BlobRow(NamedTuple):
