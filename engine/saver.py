@@ -529,6 +529,10 @@ class DeltaLogSaver(
             raise InvalidInputError(f"task_id {task_id!r} is not a string")
         if not isinstance(task_path, str):
             raise InvalidInputError(f"task_path {task_path!r} is not a string")
+        if isinstance(writes, (str, bytes, Mapping)) or not isinstance(writes, Iterable):
+            raise InvalidInputError(
+                f"writes {writes!r:.80} is not a sequence of (channel, value) pairs"
+            )
         rows: builtins.list[tuple[str, int, Typed]] = []
         for idx, item in enumerate(writes):
             if (

@@ -65,6 +65,9 @@ def test_put_writes_without_checkpoint_id(saver: DeltaLogSaver) -> None:
         ([("c", 1)], 7, "", "task_id"),
         ([("c", 1)], "task", None, "task_path"),
         ([("c", 1), ("d", Unserializable())], "task", "", "cannot be serialized"),
+        (None, "task", "", "not a sequence of"),
+        ("cv", "task", "", "not a sequence of"),
+        ({"c": 1}, "task", "", "not a sequence of"),
     ],
 )
 def test_bad_writes_store_nothing(
