@@ -1267,7 +1267,12 @@ class WriteTxn(ReadTxn):
         return WriteDict(lo, hi, b"".join(parts))
 
     def rebase_write_dependents(
-        self, t: int, n: int, hit: Callable[[bytes, bytes], bool], skip: Collection[bytes] = ()
+        self,
+        t: int,
+        n: int,
+        hit: Callable[[bytes, bytes], bool],
+        skip: Collection[bytes] = (),
+        channel: int | None = None,
     ) -> int:
         """Rewrite, without their writes, the blobs whose write range ``hit`` selects.
 
@@ -1279,9 +1284,10 @@ class WriteTxn(ReadTxn):
         (:meth:`apply_plan`). ``hit(lo, hi)`` says whether a range is touched;
         blobs in ``skip`` (about to be deleted) are left alone. Each rewritten
         blob becomes a delta of its base alone, or a full record. Returns how
-        many were rewritten.
+        many were rewritten. ``channel`` (an interned id) limits the scan to
+        that channel's blobs: only they can hold its writes.
         """
-        prefix = keys.ns_prefix(t, n)
+        prefix = keys.ns_prefix(t, n) if channel is None else keys.blob_prefix(t, n, channel)
         rewrite: list[tuple[bytes, bytes, Typed]] = []
         cur = self.txn.cursor(db=self.dbs.blobs)
         ok = cur.set_range(prefix)
@@ -1444,7 +1450,7 @@ class WriteTxn(ReadTxn):
                     and cid <= bytes(mark)
                     and self.txn.get(key, db=self.dbs.writes) is None
                 ):
-                    self.rebase_write_dependents(t, n, lambda lo, hi: lo <= cid <= hi)
+                    self.rebase_write_dependents(t, n, lambda lo, hi: lo <= cid <= hi, channel=c)
             self.txn.put(key, raw, overwrite=idx < 0, db=self.dbs.writes)
 
     def put_raw(self, db: Any, key: bytes, value: bytes) -> None:

@@ -18,8 +18,8 @@ from deltalog.engine.store import DELTA_MIN
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from .checkpoints import at, checkpoint_id
-from .graphs import cfg, chat_graph, history, human
+from .checkpoints import at, checkpoint_id, put_values
+from .graphs import cfg, chat_graph, history, human, varied_text
 
 
 def run_chat(saver: Any, turns: int, sf: int | None, thread_id: str = "t") -> Any:
@@ -245,3 +245,43 @@ def test_a_write_changed_behind_the_stores_back_is_reported(
     report = saver.verify()
     assert not report.ok
     assert any("changed since" in p.detail for p in report.problems)
+
+
+def test_a_fork_write_rebases_only_the_blobs_of_its_channel(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """A new write to channel ``a`` inside the write ranges of both ``a`` and ``b``
+    rewrites only ``a``'s blobs: ``b``'s keep their (smaller) records byte for byte."""
+    saver = make_saver()
+    config = None
+    a: list[str] = []
+    b: list[str] = []
+    for step in range(12):
+        text = varied_text(step, 150)
+        a.append("a " + text)
+        b.append("b " + text[::-1])
+        if config is not None:
+            saver.put_writes(config, [("a", [a[-1]]), ("b", [b[-1]])], task_id=f"task-{step}")
+        config = put_values(saver, "t", {"a": list(a), "b": list(b)}, parent=config)
+    with saver.store.read() as r:
+        ids = {r.name_id(keys.KIND_CHANNEL, name): name for name in ("a", "b")}
+    before = {k: (raw, span) for k, raw, span in ranged_blobs(saver)}
+    by_channel = {
+        name: [k for k in before if ids[keys.split_ids(k, 3)[0][2]] == name] for name in "ab"
+    }
+    assert by_channel["a"] and by_channel["b"]
+    lo_a, hi_a = before[by_channel["a"][-1]][1]
+    lo_b, hi_b = before[by_channel["b"][-1]][1]
+    target = next(
+        checkpoint_id(t.config)
+        for t in saver.list(cfg("t"))
+        if max(lo_a, lo_b) <= keys.encode_id(checkpoint_id(t.config)) <= min(hi_a, hi_b)
+    )
+    saver.put_writes(at("t", target), [("a", ["forked"])], task_id="fork")
+    after = {k: (raw, span) for k, raw, span in ranged_blobs(saver)}
+    assert {k: before[k] for k in by_channel["b"]} == {k: after[k] for k in by_channel["b"]}
+    assert (
+        by_channel["a"][-1] not in after
+        or after[by_channel["a"][-1]] != before[by_channel["a"][-1]]
+    )
+    assert verified(saver)
