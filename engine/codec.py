@@ -392,9 +392,11 @@ class RecordCodec:
         head = self._delta_parts(data, what)
         return None if head.lo is None or head.hi is None else (head.lo, head.hi)
 
-    def decode_delta(self, data: bytes, base: bytes, what: str, writes: bytes = b"") -> list[Any]:
-        """Decode a delta record given its base payload and, for a record with a
-        write range, the range's write content; returns ``[type, payload]``."""
+    def check_writes(self, data: bytes, writes: bytes, what: str) -> None:
+        """Raise CorruptRecordError unless ``writes`` is the write content a delta
+        record was encoded over (its header's CRC); no-op for other records."""
+        if not data or data[0] != TAG_DELTA:
+            return
         head = self._delta_parts(data, what)
         if head.crc is not None and zlib.crc32(writes) != head.crc:
             raise CorruptRecordError(
@@ -402,6 +404,12 @@ class RecordCodec:
                 f"{head.lo!r}…{head.hi!r}, which changed since it was written; run "
                 "`deltalog verify` and restore from a backup"
             )
+
+    def decode_delta(self, data: bytes, base: bytes, what: str, writes: bytes = b"") -> list[Any]:
+        """Decode a delta record given its base payload and, for a record with a
+        write range, the range's write content; returns ``[type, payload]``."""
+        self.check_writes(data, writes, what)
+        head = self._delta_parts(data, what)
         try:
             return [head.type, self.compressor.decompress_with_base(head.packed, base + writes)]
         except Exception as exc:

@@ -402,15 +402,14 @@ class ReadTxn:
             return None
         return StoredValue(raw, f"blobs/{key.hex()}", self.blob_typed(key, raw))
 
-    def blob_typed(self, key: bytes, raw: bytes, links: int = 0, cached: bool = True) -> Typed:
+    def blob_typed(self, key: bytes, raw: bytes, links: int = 0) -> Typed:
         """The ``(type, payload)`` of a blob record, resolving delta links to the keyframe.
 
         Resolved payloads of large records are kept in the store's payload LRU
         (keyed by the record bytes), so the newest version — usually a delta of
         the one read before — costs one dictionary decompression, not a chain.
-        ``cached=False`` (verify) decodes every link from the stored records.
         """
-        hit = self.store.payloads.get(raw) if cached else None
+        hit = self.store.payloads.get(raw)
         if hit is not None:
             return hit
         where = f"blobs/{key.hex()}"
@@ -430,7 +429,7 @@ class ReadTxn:
                         f"{'missing' if base_raw is None else 'too many links away'}; run "
                         "`deltalog verify` and restore from a backup"
                     )
-                base_payload = self.blob_typed(base_key, base_raw, links + 1, cached)[1]
+                base_payload = self.blob_typed(base_key, base_raw, links + 1)[1]
             span = self.codec.delta_range(raw, where)
             content = b""
             if span is not None:
@@ -797,9 +796,15 @@ class ReadTxn:
             key, raw = cur.key(), cur.value()
             found.records += 1
             try:
-                self.blob_typed(key, raw, cached=False)
+                # Cached payloads are keyed by record bytes, so they prove the
+                # record and its bases; what they cannot prove is that a write
+                # range's content is still what the record was encoded over.
+                self.blob_typed(key, raw)
                 span = self.codec.delta_range(raw, f"blobs/{key.hex()}")
                 if span is not None:
+                    (_, _, c), _ = keys.split_ids(key, 3)
+                    content = self.write_content(prefix, keys.uid(c), *span)
+                    self.codec.check_writes(raw, content, f"blobs/{key.hex()}")
                     mark = self.txn.get(
                         keys.WDEP + key[: keys.split_ids(key, 3)[1]], db=self.dbs.meta
                     )

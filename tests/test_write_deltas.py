@@ -40,8 +40,8 @@ def ranged_blobs(saver: DeltaLogSaver) -> list[tuple[bytes, bytes, tuple[bytes, 
 
 
 def verified(saver: DeltaLogSaver) -> bool:
-    """verify(), which decodes every blob from its records, not from the payload
-    cache (a cached payload would hide a dictionary that changed)."""
+    """verify(), which also checks each write range's content against its record
+    (a cached payload alone would hide a dictionary that changed)."""
     return saver.verify().ok
 
 
