@@ -37,7 +37,7 @@ import ormsgpack
 import zstandard
 from deltalog.engine.errors import CorruptRecordError
 
-__all__ = ["Compressor", "RecordCodec", "WriteDict", "ZstdCompressor"]
+__all__ = ["Compressor", "DeltaHeader", "RecordCodec", "WriteDict", "ZstdCompressor"]
 
 TAG_PLAIN: Final = 0x00
 TAG_ZSTD: Final = 0x01
@@ -86,7 +86,19 @@ class WriteDict(NamedTuple):
     content: bytes
 
 
-class _DeltaHeader(NamedTuple):
+class DeltaHeader(NamedTuple):
+    """A checked delta record, split (see :meth:`RecordCodec.delta_header`).
+
+    Attributes:
+        ref: Encoded version of the base blob; empty when there is no base.
+        seq: The version's index since the channel's last full record.
+        type: The serde type of the payload.
+        packed: The zstd frame.
+        lo: First checkpoint of the write range (format 2), or None.
+        hi: Last checkpoint of the write range, or None.
+        crc: CRC-32 of the range's write content, or None.
+    """
+
     ref: bytes
     seq: int
     type: str
@@ -94,6 +106,11 @@ class _DeltaHeader(NamedTuple):
     lo: bytes | None = None
     hi: bytes | None = None
     crc: int | None = None
+
+    @property
+    def span(self) -> tuple[bytes, bytes] | None:
+        """``(lo, hi)`` when the dictionary holds writes, else None."""
+        return None if self.lo is None or self.hi is None else (self.lo, self.hi)
 
 
 class Compressor(Protocol):
@@ -376,49 +393,14 @@ class RecordCodec:
         framed = bytes((TAG_DELTA,)) + len(header).to_bytes(4, "big") + header + packed
         return framed + zlib.crc32(framed).to_bytes(CRC_SIZE, "big")
 
-    def delta_info(self, data: bytes, what: str) -> tuple[bytes, int] | None:
-        """``(base_ref, seq)`` of a delta record (``base_ref`` empty: no base); None
-        for a full record."""
+    def delta_header(self, data: bytes, what: str) -> DeltaHeader | None:
+        """The checked header of a delta record; None for a full record.
+
+        Parse it once and hand it to :meth:`check_writes` and
+        :meth:`decode_delta`: each parse checks the whole record's CRC.
+        """
         if not data or data[0] != TAG_DELTA:
             return None
-        head = self._delta_parts(data, what)
-        return head.ref, head.seq
-
-    def delta_range(self, data: bytes, what: str) -> tuple[bytes, bytes] | None:
-        """``(lo, hi)`` checkpoint ids whose writes a delta record's dictionary
-        holds; None for records that depend on no writes."""
-        if not data or data[0] != TAG_DELTA:
-            return None
-        head = self._delta_parts(data, what)
-        return None if head.lo is None or head.hi is None else (head.lo, head.hi)
-
-    def check_writes(self, data: bytes, writes: bytes, what: str) -> None:
-        """Raise CorruptRecordError unless ``writes`` is the write content a delta
-        record was encoded over (its header's CRC); no-op for other records."""
-        if not data or data[0] != TAG_DELTA:
-            return
-        head = self._delta_parts(data, what)
-        if head.crc is not None and zlib.crc32(writes) != head.crc:
-            raise CorruptRecordError(
-                f"record {what} is a delta over the writes of checkpoints "
-                f"{head.lo!r}…{head.hi!r}, which changed since it was written; run "
-                "`deltalog verify` and restore from a backup"
-            )
-
-    def decode_delta(self, data: bytes, base: bytes, what: str, writes: bytes = b"") -> list[Any]:
-        """Decode a delta record given its base payload and, for a record with a
-        write range, the range's write content; returns ``[type, payload]``."""
-        self.check_writes(data, writes, what)
-        head = self._delta_parts(data, what)
-        try:
-            return [head.type, self.compressor.decompress_with_base(head.packed, base + writes)]
-        except Exception as exc:
-            raise CorruptRecordError(
-                f"record {what} cannot be decoded ({type(exc).__name__}: {exc}); run "
-                "`deltalog verify` to list damaged records and restore them from a backup"
-            ) from exc
-
-    def _delta_parts(self, data: bytes, what: str) -> _DeltaHeader:
         try:
             framed = memoryview(data)[:-CRC_SIZE]
             if zlib.crc32(framed) != int.from_bytes(data[-CRC_SIZE:], "big"):
@@ -427,11 +409,48 @@ class RecordCodec:
             items = ormsgpack.unpackb(framed[5 : 5 + size])
             packed = bytes(framed[5 + size :])
             if len(items) == 3:
-                return _DeltaHeader(bytes(items[0]), int(items[1]), str(items[2]), packed)
+                return DeltaHeader(bytes(items[0]), int(items[1]), str(items[2]), packed)
             ref, seq, typ, lo, hi, crc = items
-            return _DeltaHeader(
+            return DeltaHeader(
                 bytes(ref), int(seq), str(typ), packed, bytes(lo), bytes(hi), int(crc)
             )
+        except Exception as exc:
+            raise CorruptRecordError(
+                f"record {what} cannot be decoded ({type(exc).__name__}: {exc}); run "
+                "`deltalog verify` to list damaged records and restore them from a backup"
+            ) from exc
+
+    def delta_info(self, data: bytes, what: str) -> tuple[bytes, int] | None:
+        """``(base_ref, seq)`` of a delta record (``base_ref`` empty: no base); None
+        for a full record."""
+        head = self.delta_header(data, what)
+        return None if head is None else (head.ref, head.seq)
+
+    def delta_range(self, data: bytes, what: str) -> tuple[bytes, bytes] | None:
+        """``(lo, hi)`` checkpoint ids whose writes a delta record's dictionary
+        holds; None for records that depend on no writes."""
+        head = self.delta_header(data, what)
+        return None if head is None else head.span
+
+    def check_writes(self, head: DeltaHeader, writes: bytes, what: str) -> None:
+        """Raise CorruptRecordError unless ``writes`` is the write content the
+        record was encoded over (its header's CRC)."""
+        if head.crc is not None and zlib.crc32(writes) != head.crc:
+            raise CorruptRecordError(
+                f"record {what} is a delta over the writes of checkpoints "
+                f"{head.lo!r}…{head.hi!r}, which changed since it was written; run "
+                "`deltalog verify` and restore from a backup"
+            )
+
+    def decode_delta(
+        self, head: DeltaHeader, base: bytes, what: str, writes: bytes = b""
+    ) -> list[Any]:
+        """Decode a delta record (its :meth:`delta_header`) given its base payload
+        and, for a record with a write range, the range's write content; returns
+        ``[type, payload]``."""
+        self.check_writes(head, writes, what)
+        try:
+            return [head.type, self.compressor.decompress_with_base(head.packed, base + writes)]
         except Exception as exc:
             raise CorruptRecordError(
                 f"record {what} cannot be decoded ({type(exc).__name__}: {exc}); run "

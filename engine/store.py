@@ -36,7 +36,7 @@ import lmdb
 import ormsgpack
 from deltalog.engine import keys
 from deltalog.engine.cache import EnvelopeCache, PayloadCache
-from deltalog.engine.codec import RecordCodec, WriteDict
+from deltalog.engine.codec import DeltaHeader, RecordCodec, WriteDict
 from deltalog.engine.core import DeltaWalk, Node, Plan, delta_chains
 from deltalog.engine.errors import (
     CorruptRecordError,
@@ -413,15 +413,14 @@ class ReadTxn:
         if hit is not None:
             return hit
         where = f"blobs/{key.hex()}"
-        info = self.codec.delta_info(raw, where)
-        if info is None:
+        head = self.codec.delta_header(raw, where)
+        if head is None:
             rec = self.codec.decode(raw, where)
             typed: Typed = (rec[0], rec[1])
         else:
-            base_ref, _ = info
             base_payload = b""
-            if base_ref:
-                base_key = keys.blob_base_key(key, base_ref)
+            if head.ref:
+                base_key = keys.blob_base_key(key, head.ref)
                 base_raw = self.txn.get(base_key, db=self.dbs.blobs)
                 if base_raw is None or links >= MAX_LINKS:
                     raise CorruptRecordError(
@@ -430,16 +429,17 @@ class ReadTxn:
                         "`deltalog verify` and restore from a backup"
                     )
                 base_payload = self.blob_typed(base_key, base_raw, links + 1)[1]
-            span = self.codec.delta_range(raw, where)
-            content = b""
-            if span is not None:
-                (t, n, c), _ = keys.split_ids(key, 3)
-                content = self.write_content(keys.ns_prefix(t, n), keys.uid(c), *span)
-            rec = self.codec.decode_delta(raw, base_payload, where, content)
+            content = b"" if head.span is None else self._range_content(key, head.span)
+            rec = self.codec.decode_delta(head, base_payload, where, content)
             typed = (rec[0], rec[1])
         if len(typed[1]) >= DELTA_MIN:
             self.store.payloads.put(raw, typed)
         return typed
+
+    def _range_content(self, blob_key: bytes, span: tuple[bytes, bytes]) -> bytes:
+        """:meth:`write_content` of a blob's write range (its thread, ns and channel)."""
+        (t, n, c), _ = keys.split_ids(blob_key, 3)
+        return self.write_content(keys.ns_prefix(t, n), keys.uid(c), *span)
 
     def write_content(self, prefix: bytes, cbytes: bytes, lo: bytes, hi: bytes) -> bytes:
         """Payloads of the writes (idx ≥ 0) to one channel under checkpoints ``lo`` … ``hi``.
@@ -800,11 +800,11 @@ class ReadTxn:
                 # record and its bases; what they cannot prove is that a write
                 # range's content is still what the record was encoded over.
                 self.blob_typed(key, raw)
-                span = self.codec.delta_range(raw, f"blobs/{key.hex()}")
-                if span is not None:
-                    (_, _, c), _ = keys.split_ids(key, 3)
-                    content = self.write_content(prefix, keys.uid(c), *span)
-                    self.codec.check_writes(raw, content, f"blobs/{key.hex()}")
+                head = self.codec.delta_header(raw, f"blobs/{key.hex()}")
+                span = None if head is None else head.span
+                if head is not None and span is not None:
+                    content = self._range_content(key, span)
+                    self.codec.check_writes(head, content, f"blobs/{key.hex()}")
                     mark = self.txn.get(
                         keys.WDEP + key[: keys.split_ids(key, 3)[1]], db=self.dbs.meta
                     )
@@ -1196,7 +1196,7 @@ class WriteTxn(ReadTxn):
         base is usually exactly those writes (a ``_DeltaSnapshot`` is the
         previous one plus the replayed writes), so the version then costs
         little more than the list structure. The write range is named in the
-        record and guarded: see :meth:`rebase_write_dependents`.
+        record and guarded: see :meth:`rebase_blobs`.
         """
         c = self.intern(keys.KIND_CHANNEL, channel)
         key = keys.blob_key(t, n, c, version)
@@ -1271,47 +1271,56 @@ class WriteTxn(ReadTxn):
         parts.reverse()
         return WriteDict(lo, hi, b"".join(parts))
 
-    def rebase_write_dependents(
+    def rebase_blobs(
         self,
         t: int,
         n: int,
-        hit: Callable[[bytes, bytes], bool],
-        skip: Collection[bytes] = (),
+        *,
+        doomed: Collection[bytes] = (),
+        hit: Callable[[bytes, bytes], bool] | None = None,
         channel: int | None = None,
     ) -> int:
-        """Rewrite, without their writes, the blobs whose write range ``hit`` selects.
+        """Rewrite the surviving delta blobs that are about to lose what they decode through.
 
-        A delta blob over writes (see :meth:`put_blob`) needs the writes of
-        its checkpoint range exactly as they were. Every change to them goes
-        through here first, while they are still intact: a new write under a
-        checkpoint inside a range (:meth:`put_writes`, a fork resumed from an
-        old checkpoint) and the deletion of a checkpoint inside one
-        (:meth:`apply_plan`). ``hit(lo, hi)`` says whether a range is touched;
-        blobs in ``skip`` (about to be deleted) are left alone. Each rewritten
-        blob becomes a delta of its base alone, or a full record. Returns how
-        many were rewritten. ``channel`` (an interned id) limits the scan to
-        that channel's blobs: only they can hold its writes.
+        Every change that a delta blob depends on goes through here first, while
+        everything is still intact:
+
+        * its base is about to be deleted (a key in ``doomed``, unreferenced
+          blobs of :meth:`apply_plan`): it becomes a full record;
+        * the writes of its range are about to change (``hit(lo, hi)``): a new
+          write under a checkpoint inside the range (:meth:`put_writes`, a fork
+          resumed from an old checkpoint) or the deletion of such a checkpoint
+          (:meth:`apply_plan`). A delta over writes (see :meth:`put_blob`)
+          needs them exactly as they were, so it becomes a delta of its base
+          alone (a full record if that base goes too).
+
+        Blobs in ``doomed`` are left alone; their children read through the
+        rewritten records, whose payloads are unchanged. ``channel`` (an
+        interned id) limits the scan to that channel's blobs. Returns how many
+        were rewritten.
         """
+        doomed = set(doomed)
         prefix = keys.ns_prefix(t, n) if channel is None else keys.blob_prefix(t, n, channel)
-        rewrite: list[tuple[bytes, bytes, Typed]] = []
+        rewrite: list[tuple[bytes, DeltaHeader, Typed, bool]] = []
         cur = self.txn.cursor(db=self.dbs.blobs)
         ok = cur.set_range(prefix)
         while ok and cur.key().startswith(prefix):
             key, raw = cur.key(), cur.value()
-            if key not in skip:
-                span = self.codec.delta_range(raw, f"blobs/{key.hex()}")
-                if span is not None and hit(*span):
-                    rewrite.append((key, raw, self.blob_typed(key, raw)))
+            head = None if key in doomed else self.codec.delta_header(raw, f"blobs/{key.hex()}")
+            if head is not None:
+                base_gone = bool(head.ref) and keys.blob_base_key(key, head.ref) in doomed
+                span = head.span
+                if base_gone or (span is not None and hit is not None and hit(*span)):
+                    rewrite.append((key, head, self.blob_typed(key, raw), base_gone))
             ok = cur.next()
-        for key, raw, typed in rewrite:
-            base_ref, seq = self.codec.delta_info(raw, f"blobs/{key.hex()}") or (b"", 0)
+        for key, head, typed, base_gone in rewrite:
             record = None
-            if base_ref:
-                base_key = keys.blob_base_key(key, base_ref)
+            if head.ref and not base_gone:
+                base_key = keys.blob_base_key(key, head.ref)
                 base_raw = self.txn.get(base_key, db=self.dbs.blobs)
                 if base_raw is not None:
                     base_payload = self.blob_typed(base_key, base_raw)[1]
-                    record = self.codec.encode_delta(typed, base_payload, base_ref, seq)
+                    record = self.codec.encode_delta(typed, base_payload, head.ref, head.seq)
             self.txn.put(key, record or self.codec.encode(list(typed)), db=self.dbs.blobs)
         return len(rewrite)
 
@@ -1327,37 +1336,15 @@ class WriteTxn(ReadTxn):
         found = cur.prev() if cur.set_range(key) else cur.last()
         if not found or not cur.key().startswith(prefix):
             return None
-        previous = self.codec.delta_info(cur.value(), f"blobs/{cur.key().hex()}")
-        seq = (0 if previous is None else previous[1]) + 1
+        info = self.codec.delta_info(cur.value(), f"blobs/{cur.key().hex()}")
+        seq = (0 if info is None else info[1]) + 1
         target = seq & (seq - 1)
         while True:
-            info = self.codec.delta_info(cur.value(), f"blobs/{cur.key().hex()}")
             if info is None or info[1] <= target:
                 return cur.key(), cur.value(), seq
             if not cur.prev() or not cur.key().startswith(prefix):
                 return None
-
-    def rebase_dependents(self, t: int, n: int, doomed: set[bytes]) -> int:
-        """Rewrite as full records the surviving blobs whose delta base is about to go.
-
-        Called before unreferenced blobs are deleted, so no survivor is left
-        pointing at a missing base. Returns how many were rewritten.
-        """
-        prefix = keys.ns_prefix(t, n)
-        rewrite: list[tuple[bytes, Typed]] = []
-        cur = self.txn.cursor(db=self.dbs.blobs)
-        ok = cur.set_range(prefix)
-        while ok and cur.key().startswith(prefix):
-            key, raw = cur.key(), cur.value()
-            if key not in doomed:
-                info = self.codec.delta_info(raw, f"blobs/{key.hex()}")
-                if info is not None and keys.blob_base_key(key, info[0]) in doomed:
-                    rewrite.append((key, self.blob_typed(key, raw)))
-            ok = cur.next()
-        # Children of rewritten blobs now read through a keyframe: still valid.
-        for key, typed in rewrite:
-            self.txn.put(key, self.codec.encode(list(typed)), db=self.dbs.blobs)
-        return len(rewrite)
+            info = self.codec.delta_info(cur.value(), f"blobs/{cur.key().hex()}")
 
     def set_meta(self, name: str, value: Any) -> None:
         """Set a value of the ``meta`` database."""
@@ -1455,7 +1442,7 @@ class WriteTxn(ReadTxn):
                     and cid <= bytes(mark)
                     and self.txn.get(key, db=self.dbs.writes) is None
                 ):
-                    self.rebase_write_dependents(t, n, lambda lo, hi: lo <= cid <= hi, channel=c)
+                    self.rebase_blobs(t, n, hit=lambda lo, hi: lo <= cid <= hi, channel=c)
             self.txn.put(key, raw, overwrite=idx < 0, db=self.dbs.writes)
 
     def put_raw(self, db: Any, key: bytes, value: bytes) -> None:
@@ -1497,17 +1484,15 @@ class WriteTxn(ReadTxn):
         removed = self.measure(t, n, plan, versions, doomed)
         for _, blob in seeds:
             self.put_blob(t, n, blob.channel, blob.version, blob.value)
-        # Every rebase decodes through records that the deletions below remove
+        # The rebase decodes through records that the deletions below remove
         # (bases, and the writes of deleted checkpoints), so it comes first.
         gone = sorted(keys.encode_id(cid) for cid in plan.delete)
-        if gone:
 
-            def hit(lo: bytes, hi: bytes) -> bool:
-                i = bisect.bisect_left(gone, lo)
-                return i < len(gone) and gone[i] <= hi
+        def hit(lo: bytes, hi: bytes) -> bool:
+            i = bisect.bisect_left(gone, lo)
+            return i < len(gone) and gone[i] <= hi
 
-            self.rebase_write_dependents(t, n, hit, skip=doomed)
-        self.rebase_dependents(t, n, set(doomed))
+        self.rebase_blobs(t, n, doomed=doomed, hit=hit if gone else None)
         for cid in plan.delete:
             self.delete_checkpoint(t, n, cid, runs.get(cid))
         for cid in (plan.hide | plan.unhide | set(plan.relink)) - plan.delete:
@@ -1549,10 +1534,16 @@ class WriteTxn(ReadTxn):
             )
         d = self.intern(keys.KIND_THREAD, target)
         counts: dict[str, int] = {}
-        prefix = keys.thread_prefix(s)
-        for name in ("checkpoints", "writes", "blobs"):
+        # The copied blobs' write ranges need their marks in meta (see put_blob).
+        for name, head in (
+            ("checkpoints", b""),
+            ("writes", b""),
+            ("blobs", b""),
+            ("meta", keys.WDEP),
+        ):
             db = getattr(self.dbs, name)
-            counts[name] = 0
+            prefix = head + keys.thread_prefix(s)
+            copied = 0
             start = prefix
             while True:
                 # Read a chunk, then write it: puts while a cursor walks the same
@@ -1566,7 +1557,7 @@ class WriteTxn(ReadTxn):
                     chunk.append((cur.key(), cur.value()))
                     ok = cur.next()
                 for key, value in chunk:
-                    self.txn.put(keys.rethread(key, d), value, db=db)
+                    self.txn.put(head + keys.rethread(key[len(head) :], d), value, db=db)
                     if name == "checkpoints":
                         run_id = self.codec.decode(value, f"checkpoints/{key.hex()}")[7]
                         if run_id is not None:
@@ -1578,19 +1569,12 @@ class WriteTxn(ReadTxn):
                                 b"",
                                 db=self.dbs.runs,
                             )
-                counts[name] += len(chunk)
+                copied += len(chunk)
                 if len(chunk) < 1024:
                     break
                 start = chunk[-1][0]
-        # The copied blobs' write ranges need their marks (see put_blob).
-        marks = []
-        cur = self.txn.cursor(db=self.dbs.meta)
-        ok = cur.set_range(keys.WDEP + prefix)
-        while ok and cur.key().startswith(keys.WDEP + prefix):
-            marks.append((cur.key()[len(keys.WDEP) :], cur.value()))
-            ok = cur.next()
-        for key, mark in marks:
-            self.txn.put(keys.WDEP + keys.rethread(key, d), mark, db=self.dbs.meta)
+            if not head:
+                counts[name] = copied
         return counts
 
     def import_records(self, records: Iterable[dict[str, Any]]) -> dict[str, int]:

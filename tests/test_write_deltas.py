@@ -85,7 +85,7 @@ def test_bytes_without_write_dictionaries_are_several_times_larger(
     make_saver: Callable[..., DeltaLogSaver],
 ) -> None:
     """The gain is real: the same snapshots re-encoded as deltas of their base alone
-    (what rebase_write_dependents writes) take several times the bytes."""
+    (what rebase_blobs writes) take several times the bytes."""
     saver = make_saver()
     run_chat(saver, 60, 10)
     ranged = ranged_blobs(saver)
@@ -93,9 +93,7 @@ def test_bytes_without_write_dictionaries_are_several_times_larger(
     with saver.store.read() as r:
         (thread,) = r.threads()
         (ns,) = r.namespaces(thread)
-    rewritten = saver.store.write(
-        lambda w: w.rebase_write_dependents(thread, ns, lambda lo, hi: True)
-    )
+    rewritten = saver.store.write(lambda w: w.rebase_blobs(thread, ns, hit=lambda lo, hi: True))
     assert rewritten == len(ranged) >= 10 and ranged_blobs(saver) == []
     blobs = dict(saver.store.iter_db("blobs"))
     after = sum(len(blobs[key]) for key, _, _ in ranged)
