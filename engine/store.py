@@ -216,7 +216,7 @@ class _RWLock:
 
 
 class _Request(Generic[T]):
-    __slots__ = ("done", "error", "history_safe", "op", "value")
+    __slots__ = ("done", "error", "history_safe", "op", "value", "wake")
 
     def __init__(self, op: Callable[[WriteTxn], T], history_safe: bool = False) -> None:
         self.op = op
@@ -224,6 +224,11 @@ class _Request(Generic[T]):
         self.done = False
         self.value: T | None = None
         self.error: BaseException | None = None
+        # Held until the request is done or its caller is made the next leader:
+        # the caller sleeps on it, and only the leader that finished (or passes
+        # on the lead to) this request wakes it.
+        self.wake = threading.Lock()
+        self.wake.acquire()
 
 
 class ReadTxn:
@@ -1736,10 +1741,12 @@ class Store:
         # so may the thread that holds it to reopen after fork.
         self._write_lock = threading.RLock()
         # Group commit: callers queue requests; one leader at a time runs the queue
-        # as one transaction, then wakes every caller whose request it committed.
-        self._queue_cond = threading.Condition(threading.Lock())
+        # as one transaction, then wakes the callers it committed for and makes
+        # the first request queued meanwhile (``_next``) the next leader.
+        self._queue_lock = threading.Lock()
         self._queue: list[_Request[Any]] = []
         self._leading = False
+        self._next: _Request[Any] | None = None
         self._open_env()
         _LIVE_STORES.add(self)
 
@@ -2011,33 +2018,74 @@ class Store:
             with self._write_lock:
                 self._run_batch([req])
         else:
-            with self._queue_cond:
+            with self._queue_lock:
                 self._queue.append(req)
-                while self._leading and not req.done:
-                    self._queue_cond.wait()
-                lead = not req.done
+                lead = not self._leading
                 if lead:
-                    self._leading = True
-                    batch, self._queue = self._queue, []
-            if lead:
-                self._lead(batch)
+                    self._leading, self._next = True, req
+            try:
+                if not lead:
+                    req.wake.acquire()  # until done, or made the next leader
+                if not req.done:
+                    self._lead()
+            except BaseException:  # e.g. KeyboardInterrupt while waiting
+                self._withdraw(req)
+                raise
         if req.error is not None:
             raise req.error
         return req.value  # type: ignore[return-value]
 
-    def _lead(self, batch: list[_Request[Any]]) -> None:
-        """Commit ``batch`` as its leader, then wake its callers and the next leader."""
+    def _lead(self) -> None:
+        """As the designated leader: commit the queue, then wake its callers and the next leader.
+
+        Only the callers of the batch are woken, and the first request queued
+        meanwhile (if any) is made the next leader; the other queued callers
+        sleep on. Waking every waiter instead (a condition's ``notify_all``)
+        cost about a third of the put rate at 16 writer threads.
+        """
+        batch: list[_Request[Any]] = []
         try:
+            with self._queue_lock:
+                self._next = None
+                batch, self._queue = self._queue, []
             with self._write_lock:
                 self._run_batch(batch)
         finally:
-            with self._queue_cond:
-                for req in batch:
-                    if not req.done:  # _run_batch was interrupted (e.g. KeyboardInterrupt)
-                        req.error = req.error or DeltaLogError("the write was interrupted")
-                        req.done = True
-                self._leading = False
-                self._queue_cond.notify_all()
+            for req in batch:
+                if not req.done:  # _run_batch was interrupted (e.g. KeyboardInterrupt)
+                    req.error = req.error or DeltaLogError("the write was interrupted")
+                    req.done = True
+            with self._queue_lock:
+                nxt = self._pass_lead()
+            for req in batch:
+                req.wake.release()
+            if nxt is not None:
+                nxt.wake.release()
+
+    def _pass_lead(self) -> _Request[Any] | None:
+        """Make the first queued request the next leader (under ``_queue_lock``)."""
+        nxt = self._next = self._queue[0] if self._queue else None
+        self._leading = nxt is not None
+        return nxt
+
+    def _withdraw(self, req: _Request[Any]) -> None:
+        """Take back the request of a caller interrupted before it was done.
+
+        A request still queued is dropped (its op never runs); one already in
+        a running batch runs anyway. If the caller had been made the leader
+        but not started, the lead passes on, so the queue never stalls.
+        """
+        with self._queue_lock:
+            if req.done:
+                return
+            nxt = None
+            if self._next is req:
+                self._queue.remove(req)
+                nxt = self._pass_lead()
+            elif req in self._queue:
+                self._queue.remove(req)
+        if nxt is not None:
+            nxt.wake.release()
 
     def _run_batch(self, batch: list[_Request[Any]]) -> None:
         pending = batch

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import random
 import threading
 import time
@@ -375,3 +376,73 @@ def _n_puts(saver: DeltaLogSaver, thread_id: str, n: int, work: Work) -> None:
             work.tagged.append((thread_id, checkpoint_id(parent), thread_id, seq))
 
     _guard(work, run)
+
+
+class _Interrupted(Exception):
+    """Raised by the test's signal handler in a caller waiting for its commit."""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("made_leader", [False, True])
+def test_interrupted_waiter_does_not_stall_group_commit(
+    made_leader: bool, make_saver: Callable[..., DeltaLogSaver]
+) -> None:
+    """A caller interrupted while it waits for its commit (KeyboardInterrupt, here another
+    signal) withdraws its write: queued, it never runs; made the next leader, it passes the
+    lead on. Either way the writers queued behind it finish."""
+    import signal
+
+    saver = make_saver()
+    store = saver.store
+    gate, entered = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def blocking(w: Any) -> None:  # holds the lead until the gate opens
+        entered.set()
+        assert gate.wait(20)
+
+    def mine(w: Any) -> None:
+        ran.append("interrupted caller's op")
+
+    leader = threading.Thread(target=store.write, args=(blocking,))
+    leader.start()
+    assert entered.wait(20)
+    behind: list[RunnableConfig] = []
+
+    def follow() -> None:  # queue a put behind the main thread's request, then signal it
+        deadline = time.monotonic() + 20
+        while len(store._queue) < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        putter = threading.Thread(
+            target=lambda: behind.append(put_tagged(saver, "behind", "b", 0, None))
+        )
+        putter.start()
+        while len(store._queue) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        putter.join(20)
+
+    def handler(signum: int, frame: Any) -> None:
+        if made_leader:  # let the leader finish and hand the lead to this waiter first
+            gate.set()
+            deadline = time.monotonic() + 20
+            while store._next is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert store._next is not None and store._next.op is mine
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    helper = threading.Thread(target=follow)
+    try:
+        helper.start()
+        with pytest.raises(_Interrupted):
+            store.write(mine)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        gate.set()
+        helper.join(30)
+        leader.join(30)
+    assert not helper.is_alive() and not leader.is_alive(), "a writer queued behind stalled"
+    assert len(behind) == 1 and saver.get_tuple(behind[0]) is not None
+    assert ran == []
+    assert store._next is None and not store._leading and not store._queue
