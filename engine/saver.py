@@ -442,6 +442,10 @@ class DeltaLogSaver(
         values: Mapping[str, Any] = checkpoint.get("channel_values") or {}
         if not isinstance(new_versions, Mapping):
             raise InvalidInputError(f"new_versions {new_versions!r:.80} is not a mapping")
+        if not isinstance(metadata, Mapping):
+            raise InvalidInputError(
+                f"metadata {metadata!r:.80} is not a mapping; pass a CheckpointMetadata dict"
+            )
         blobs = [
             BlobRow(channel, version, self._dumps(values[channel], f"channel {channel!r}"))
             for channel, version in new_versions.items()

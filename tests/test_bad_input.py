@@ -43,6 +43,16 @@ def test_bad_config_on_put(
     assert _store_entries(saver) == before
 
 
+@pytest.mark.parametrize("metadata", [None, [], "meta"])
+def test_bad_metadata_on_put(saver: DeltaLogSaver, metadata: Any) -> None:
+    """put with metadata that is not a mapping raises InvalidInputError naming it, storing nothing
+    (LangGraph's get_checkpoint_metadata would raise a bare AttributeError; Hypothesis found it)."""
+    before = _store_entries(saver)
+    with pytest.raises(InvalidInputError, match=r"metadata .* is not a mapping"):
+        saver.put({"configurable": {"thread_id": "t"}}, empty_checkpoint(), metadata, {})
+    assert _store_entries(saver) == before
+
+
 def test_get_tuple_without_thread_id(saver: DeltaLogSaver) -> None:
     """get_tuple without thread_id raises ConfigError naming the fix."""
     with pytest.raises(ConfigError, match=r"configurable\.thread_id"):
