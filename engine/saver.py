@@ -1026,9 +1026,25 @@ class DeltaLogSaver(
         return self._executor
 
     async def _in_writer(self, op: Callable[[WriteTxn], T], *, history_safe: bool = False) -> T:
+        """Run a write off the event loop and await its durable commit.
+
+        With group commit the op is queued (:meth:`Store.submit`) and the
+        coroutine awaits a future the committing thread resolves: no thread
+        waits per pending write, so any number of coroutines share commits.
+        A cancelled coroutine does not cancel its write, which may still
+        commit.
+        """
         loop = asyncio.get_running_loop()
-        write = functools.partial(self.store.write, op, history_safe=history_safe)
-        return await loop.run_in_executor(self._writer_pool(), write)
+        if not self.store.group_commit:
+            write = functools.partial(self.store.write, op, history_safe=history_safe)
+            return await loop.run_in_executor(self._writer_pool(), write)
+        done: asyncio.Future[T] = loop.create_future()
+
+        def notify(error: BaseException | None, value: T | None) -> None:  # committing thread
+            loop.call_soon_threadsafe(_settle, done, error, value)
+
+        self.store.submit(op, notify, history_safe=history_safe)
+        return await done
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async :meth:`get_tuple` (a short memory-mapped read, run inline)."""
@@ -1143,6 +1159,16 @@ def _thread_id(value: Any) -> str:
         f"thread_id {value!r} is a {type(value).__name__}; pass a str (ints and UUIDs are "
         "converted with str())"
     )
+
+
+def _settle(done: asyncio.Future[T], error: BaseException | None, value: T | None) -> None:
+    """Resolve an async write's future on its event loop (unless it was cancelled)."""
+    if done.done():
+        return
+    if error is not None:
+        done.set_exception(error)
+    else:
+        done.set_result(value)  # type: ignore[arg-type]
 
 
 def _parse_config(config: Any) -> tuple[str, str, str | None]:

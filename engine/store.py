@@ -29,6 +29,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Literal, TypeVar
 
@@ -216,19 +217,29 @@ class _RWLock:
 
 
 class _Request(Generic[T]):
-    __slots__ = ("done", "error", "history_safe", "op", "value", "wake")
+    __slots__ = ("done", "error", "history_safe", "notify", "op", "value", "wake")
 
-    def __init__(self, op: Callable[[WriteTxn], T], history_safe: bool = False) -> None:
+    def __init__(
+        self,
+        op: Callable[[WriteTxn], T],
+        history_safe: bool = False,
+        notify: Callable[[BaseException | None, T | None], None] | None = None,
+    ) -> None:
         self.op = op
         self.history_safe = history_safe
         self.done = False
         self.value: T | None = None
         self.error: BaseException | None = None
-        # Held until the request is done or its caller is made the next leader:
-        # the caller sleeps on it, and only the leader that finished (or passes
-        # on the lead to) this request wakes it.
-        self.wake = threading.Lock()
-        self.wake.acquire()
+        # A thread caller (notify is None) sleeps on ``wake``, held until the
+        # request is done or its caller is made the next leader; only the leader
+        # that finished (or passes on the lead to) this request releases it. A
+        # queued caller (Store.submit) is told by ``notify`` instead and never
+        # leads: a leader task on the store's lead thread runs its batch.
+        self.notify = notify
+        self.wake: threading.Lock | None = None
+        if notify is None:
+            self.wake = threading.Lock()
+            self.wake.acquire()
 
 
 class ReadTxn:
@@ -1747,6 +1758,8 @@ class Store:
         self._queue: list[_Request[Any]] = []
         self._leading = False
         self._next: _Request[Any] | None = None
+        # Runs leader tasks for queues that hold no thread caller (Store.submit).
+        self._lead_pool: ThreadPoolExecutor | None = None
         self._open_env()
         _LIVE_STORES.add(self)
 
@@ -1922,6 +1935,8 @@ class Store:
                     with contextlib.suppress(OSError, lmdb.Error):
                         self._fill_gap(logging.DEBUG)
                 self.env.close()
+            if self._lead_pool is not None:  # queued leader tasks still run (and fail cleanly)
+                self._lead_pool.shutdown(wait=False)
         self.memo.reset(0)
 
     def _page_end(self) -> int:
@@ -2025,6 +2040,7 @@ class Store:
                     self._leading, self._next = True, req
             try:
                 if not lead:
+                    assert req.wake is not None
                     req.wake.acquire()  # until done, or made the next leader
                 if not req.done:
                     self._lead()
@@ -2035,13 +2051,61 @@ class Store:
             raise req.error
         return req.value  # type: ignore[return-value]
 
+    def submit(
+        self,
+        op: Callable[[WriteTxn], T],
+        notify: Callable[[BaseException | None, T | None], None],
+        *,
+        history_safe: bool = False,
+    ) -> None:
+        """Queue ``op`` for the next group commit without waiting for it (async callers).
+
+        ``notify(error, value)`` is called once the commit holding ``op`` is
+        durable (``error`` None, ``value`` what ``op`` returned) or failed, on
+        the thread that committed it: it must only hand the result over (e.g.
+        with ``loop.call_soon_threadsafe``). If no commit is running, a leader task
+        on the store's lead thread takes the queue, so the caller never blocks
+        and no thread waits per queued op. Same durability as :meth:`write`.
+        """
+        self._check_pid()
+        if self.readonly:
+            raise DeltaLogError(f"store {self.path!r} was opened read-only")
+        if not self.group_commit:
+            raise DeltaLogError("Store.submit needs group commit; use Store.write")
+        req: _Request[T] = _Request(op, history_safe, notify)
+        with self._queue_lock:
+            self._queue.append(req)
+            spawn = not self._leading
+            if spawn:
+                self._leading, self._next = True, None
+        if spawn:
+            self._spawn_leader()
+
+    def _spawn_leader(self) -> None:
+        """Run :meth:`_lead` on the lead thread, which never waits for a caller."""
+        with self._queue_lock:
+            if self._lead_pool is None:
+                self._lead_pool = ThreadPoolExecutor(1, thread_name_prefix="deltalog-lead")
+            pool = self._lead_pool
+        try:
+            pool.submit(self._lead_task)
+        except RuntimeError:  # shut down by close(): lead here, so no request is left waiting
+            self._lead_task()
+
+    def _lead_task(self) -> None:
+        try:
+            self._lead()
+        except BaseException:  # every request of the batch was told in _lead's finally
+            logger.exception("group commit leader task failed")
+
     def _lead(self) -> None:
         """As the designated leader: commit the queue, then wake its callers and the next leader.
 
-        Only the callers of the batch are woken, and the first request queued
-        meanwhile (if any) is made the next leader; the other queued callers
-        sleep on. Waking every waiter instead (a condition's ``notify_all``)
-        ran at about three quarters of this put rate at 16 writer threads.
+        Only the callers of the batch are woken (or notified), and one thread
+        caller queued meanwhile (if any) is made the next leader; the other
+        queued callers sleep on. Waking every waiter instead (a condition's
+        ``notify_all``) ran at about three quarters of this put rate at 16
+        writer threads.
         """
         batch: list[_Request[Any]] = []
         try:
@@ -2056,20 +2120,43 @@ class Store:
                     req.error = req.error or DeltaLogError("the write was interrupted")
                     req.done = True
             with self._queue_lock:
-                nxt = self._pass_lead()
-            for req in batch:
-                req.wake.release()
-            if nxt is not None:
-                nxt.wake.release()
+                nxt, spawn = self._pass_lead()
+            try:
+                for req in batch:
+                    self._finish(req)
+            finally:  # whatever happens telling callers, the queue gets its next leader
+                self._hand_on(nxt, spawn)
 
-    def _pass_lead(self) -> _Request[Any] | None:
-        """Make the first queued request the next leader (under ``_queue_lock``)."""
-        nxt = self._next = self._queue[0] if self._queue else None
-        self._leading = nxt is not None
-        return nxt
+    @staticmethod
+    def _finish(req: _Request[Any]) -> None:
+        """Hand a done request back to its caller."""
+        if req.wake is not None:
+            req.wake.release()
+            return
+        assert req.notify is not None
+        try:
+            req.notify(req.error, req.value)
+        except Exception:  # e.g. the caller's event loop is closed; the others still hear
+            logger.exception("could not hand a committed write back to its caller")
+
+    def _pass_lead(self) -> tuple[_Request[Any] | None, bool]:
+        """Choose who leads next, under ``_queue_lock``: a queued thread caller if any,
+        else a leader task if only queued callers wait. Returns ``(caller, spawn)``."""
+        nxt = next((r for r in self._queue if r.wake is not None), None)
+        self._next = nxt
+        self._leading = bool(self._queue)
+        return nxt, nxt is None and self._leading
+
+    def _hand_on(self, nxt: _Request[Any] | None, spawn: bool) -> None:
+        """Start the next leader chosen by :meth:`_pass_lead` (outside the lock)."""
+        if nxt is not None:
+            assert nxt.wake is not None
+            nxt.wake.release()
+        elif spawn:
+            self._spawn_leader()
 
     def _withdraw(self, req: _Request[Any]) -> None:
-        """Take back the request of a caller interrupted before it was done.
+        """Take back the request of a thread caller interrupted before it was done.
 
         A request still queued is dropped (its op never runs); one already in
         a running batch runs anyway. If the caller had been made the leader
@@ -2078,14 +2165,13 @@ class Store:
         with self._queue_lock:
             if req.done:
                 return
-            nxt = None
+            nxt, spawn = None, False
             if self._next is req:
                 self._queue.remove(req)
-                nxt = self._pass_lead()
+                nxt, spawn = self._pass_lead()
             elif req in self._queue:
                 self._queue.remove(req)
-        if nxt is not None:
-            nxt.wake.release()
+        self._hand_on(nxt, spawn)
 
     def _run_batch(self, batch: list[_Request[Any]]) -> None:
         pending = batch

@@ -446,3 +446,123 @@ def test_interrupted_waiter_does_not_stall_group_commit(
     assert len(behind) == 1 and saver.get_tuple(behind[0]) is not None
     assert ran == []
     assert store._next is None and not store._leading and not store._queue
+
+
+async def _aput_chain(saver: DeltaLogSaver, thread_id: str, n: int) -> list[tuple[str, int]]:
+    """n async puts on a chain; (checkpoint id, seq) of each."""
+    out: list[tuple[str, int]] = []
+    parent: RunnableConfig | None = None
+    for seq in range(n):
+        checkpoint, versions = new_checkpoint(saver, {"payload": None})
+        checkpoint["channel_values"]["payload"] = {
+            "id": checkpoint["id"],
+            "writer": "a",
+            "seq": seq,
+        }
+        config = parent or {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        parent = await saver.aput(config, checkpoint, {"source": "loop", "step": seq}, versions)
+        out.append((checkpoint_id(parent), seq))
+    return out
+
+
+@pytest.mark.timeout(120)
+async def test_async_writes_share_commits_without_a_thread_each(
+    make_saver: Callable[..., DeltaLogSaver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R8: concurrent coroutines' puts are queued (Store.submit) and share commits; no thread
+    waits per pending write (the process gains at most the store's one lead thread), and every
+    put that returned is stored."""
+    saver = make_saver()
+    batches: list[int] = []
+    run_batch = saver.store._run_batch
+
+    def counting(batch: list[Any]) -> None:
+        batches.append(len(batch))
+        run_batch(batch)
+
+    monkeypatch.setattr(saver.store, "_run_batch", counting)
+    baseline = threading.active_count()
+    peak = [baseline]
+    running = True
+
+    async def sample() -> None:
+        while running:
+            peak[0] = max(peak[0], threading.active_count())
+            await asyncio.sleep(0.001)
+
+    sampler = asyncio.create_task(sample())
+    chains = await asyncio.gather(*(_aput_chain(saver, f"a{k}", 20) for k in range(64)))
+    running = False
+    await sampler
+    puts = sum(len(c) for c in chains)
+    assert puts == 64 * 20 == sum(batches)
+    assert len(batches) < puts * 0.5, f"{puts} puts took {len(batches)} commits"
+    assert peak[0] <= baseline + 1, f"{peak[0] - baseline} threads were started for the writes"
+    for k, chain in enumerate(chains):
+        for cid, seq in chain:
+            found = saver.get_tuple(at(f"a{k}", cid))
+            assert found is not None and found.checkpoint["channel_values"]["payload"]["seq"] == seq
+    print(f"\n{puts} aput in {len(batches)} commits, {peak[0] - baseline} thread(s) started")
+
+
+@pytest.mark.timeout(120)
+async def test_async_and_thread_writers_on_one_saver(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """Thread callers (which lead their own batches) and queued coroutine callers (led by the
+    lead thread) mixed on one store: nothing stalls, nothing is lost."""
+    saver = make_saver()
+    work = Work()
+    threads = [threading.Thread(target=_n_puts, args=(saver, f"t{k}", 40, work)) for k in range(8)]
+    for t in threads:
+        t.start()
+    chains = await asyncio.gather(*(_aput_chain(saver, f"a{k}", 40) for k in range(16)))
+    for t in threads:
+        await asyncio.to_thread(t.join, 60)
+    assert not work.errors, work.errors
+    assert len(work.tagged) == 8 * 40 and sum(len(c) for c in chains) == 16 * 40
+    for thread_id, cid, _, seq in work.tagged:
+        found = saver.get_tuple(at(thread_id, cid))
+        assert found is not None and found.checkpoint["channel_values"]["payload"]["seq"] == seq
+    for k, chain in enumerate(chains):
+        for cid, _seq in chain:
+            assert saver.get_tuple(at(f"a{k}", cid)) is not None
+    assert not saver.store._leading and not saver.store._queue
+
+
+@pytest.mark.timeout(60)
+async def test_async_write_errors_reach_only_their_coroutine(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """An op that fails inside the shared transaction fails its own coroutine; the other
+    writes of the batch commit; a cancelled coroutine's write still commits and nothing
+    raises afterwards; a caller that cannot be told (its loop closed) does not stop the
+    leader from telling the others."""
+    saver = make_saver()
+
+    def boom(w: Any) -> None:
+        raise ValueError("bad op")
+
+    results = await asyncio.gather(
+        saver._in_writer(boom),
+        *(_aput_chain(saver, f"ok{k}", 3) for k in range(8)),
+        return_exceptions=True,
+    )
+    assert isinstance(results[0], ValueError)
+    assert all(isinstance(r, list) and len(r) == 3 for r in results[1:])
+
+    task = asyncio.ensure_future(_aput_chain(saver, "cancelled", 1))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(await _aput_chain(saver, "after", 5)) == 5
+
+    told: list[Any] = []
+
+    def unreachable(error: BaseException | None, value: Any) -> None:
+        raise RuntimeError("Event loop is closed")
+
+    saver.store.submit(lambda w: told.append("ran"), unreachable)
+    assert len(await _aput_chain(saver, "after-closed-loop", 3)) == 3
+    assert told == ["ran"]
