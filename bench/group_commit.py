@@ -9,12 +9,16 @@ Three stores get the same workload in one run, every commit durable:
 * LangGraph's ``SqliteSaver`` (WAL journal, SQLite's default ``synchronous``
   setting, reported in the output).
 
-Each thread puts checkpoints on its own LangGraph thread (a chain, each with a
+and, in a second table, the same puts from coroutines on one event loop:
+deltalog's ``aput`` (queued for the next group commit, awaited as a future)
+against LangGraph's ``AsyncSqliteSaver``.
+
+Each thread (or coroutine) puts checkpoints on its own LangGraph thread (a chain, each with a
 ~200-byte new channel value) for a fixed time; a fresh store per run; the
 figure is the median of the runs (3 by default) in checkpoints/s, with the
 ratios computed from those medians. Run::
 
-    python -m deltalog.bench.group_commit            # ~1.5 min on 2 cores
+    python -m deltalog.bench.group_commit            # ~2.5 min on 2 cores
     python -m deltalog.bench.group_commit --quick    # a smoke run
     python -m deltalog.bench.group_commit --json out.json
 """
@@ -22,14 +26,15 @@ ratios computed from those medians. Run::
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sqlite3
 import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +45,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 
 THREADS = (1, 4, 16, 64)
 CONFIGS = ("group commit", "no group commit", "SqliteSaver")
+ASYNC_CONFIGS = ("deltalog aput", "AsyncSqliteSaver")
 VALUE = "lorem ipsum dolor sit amet " * 8  # ~200 bytes per checkpoint
 
 
@@ -59,11 +65,23 @@ class Cell:
 
 
 def _put(saver: BaseCheckpointSaver[Any], config: RunnableConfig, step: int) -> RunnableConfig:
+    return saver.put(config, *_checkpoint(saver, step))  # type: ignore[arg-type]
+
+
+async def _aput(
+    saver: BaseCheckpointSaver[Any], config: RunnableConfig, step: int
+) -> RunnableConfig:
+    return await saver.aput(config, *_checkpoint(saver, step))  # type: ignore[arg-type]
+
+
+def _checkpoint(
+    saver: BaseCheckpointSaver[Any], step: int
+) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     checkpoint = empty_checkpoint()
     version = saver.get_next_version(None, None)
     checkpoint["channel_values"] = {"messages": f"{step} {VALUE}"}
     checkpoint["channel_versions"] = {"messages": version}
-    return saver.put(config, checkpoint, {"source": "loop", "step": step}, {"messages": version})
+    return checkpoint, {"source": "loop", "step": step}, {"messages": version}
 
 
 @contextmanager
@@ -119,6 +137,52 @@ def _run(config: str, threads: int, seconds: float) -> tuple[float, float]:
         return sum(counts) / elapsed, sum(counts) / done if first >= 0 and done else 0.0
 
 
+@asynccontextmanager
+async def _aopen(
+    config: str, folder: Path
+) -> AsyncIterator[tuple[BaseCheckpointSaver[Any], Callable[[], int]]]:
+    """Like :func:`_open`, for the coroutine configurations."""
+    if config == "AsyncSqliteSaver":
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        async with AsyncSqliteSaver.from_conn_string(str(folder / "checkpoints.sqlite")) as saver:
+            await saver.setup()
+            yield saver, lambda: -1
+        return
+    deltalog = DeltaLogSaver.from_path(folder / "store")
+    try:
+        yield deltalog, lambda: int(deltalog.store.env.info()["last_txnid"])
+    finally:
+        deltalog.close()
+
+
+def _arun(config: str, coroutines: int, seconds: float) -> tuple[float, float]:
+    """One timed run of ``coroutines`` writers on one event loop (see :func:`_run`)."""
+
+    async def main(folder: Path) -> tuple[float, float]:
+        async with _aopen(config, folder) as (saver, commits):
+            counts = [0] * coroutines
+
+            async def writer(k: int) -> None:
+                config_k: RunnableConfig = {
+                    "configurable": {"thread_id": f"t{k}", "checkpoint_ns": ""}
+                }
+                while time.perf_counter() < stop:
+                    config_k = await _aput(saver, config_k, counts[k])
+                    counts[k] += 1
+
+            first = commits()
+            began = time.perf_counter()
+            stop = began + seconds
+            await asyncio.gather(*(writer(k) for k in range(coroutines)))
+            elapsed = time.perf_counter() - began
+            done = commits() - first
+            return sum(counts) / elapsed, sum(counts) / done if first >= 0 and done else 0.0
+
+    with tempfile.TemporaryDirectory(prefix="deltalog-gc-") as tmp:
+        return asyncio.run(main(Path(tmp)))
+
+
 def sqlite_settings() -> dict[str, Any]:
     """journal_mode and synchronous of a SqliteSaver connection, as this machine's SQLite sets them."""
     from langgraph.checkpoint.sqlite import SqliteSaver
@@ -136,12 +200,15 @@ def sqlite_settings() -> dict[str, Any]:
 
 
 def measure(seconds: float, repeats: int, threads: tuple[int, ...] = THREADS) -> list[Cell]:
-    """Every cell of the table, configurations interleaved so drift hits them alike."""
-    cells = {(c, n): Cell(c, n, [], []) for n in threads for c in CONFIGS}
+    """Every cell of both tables, configurations interleaved so drift hits them alike."""
+    configs = CONFIGS + ASYNC_CONFIGS
+    cells = {(c, n): Cell(c, n, [], []) for n in threads for c in configs}
     for _ in range(repeats):
         for n in threads:
-            for c in CONFIGS:
-                rate, per_commit = _run(c, n, seconds)
+            for c in configs:
+                rate, per_commit = (
+                    _arun(c, n, seconds) if c in ASYNC_CONFIGS else _run(c, n, seconds)
+                )
                 cells[(c, n)].runs.append(rate)
                 cells[(c, n)].puts_per_commit.append(per_commit)
     return list(cells.values())
@@ -171,6 +238,29 @@ def table(cells: list[Cell], settings: dict[str, Any], seconds: float) -> str:
     return "\n".join(lines)
 
 
+def async_table(cells: list[Cell], seconds: float) -> str:
+    """The markdown table of the coroutine configurations."""
+    by = {(c.config, c.threads): c for c in cells}
+    levels = sorted({c.threads for c in cells if c.config in ASYNC_CONFIGS})
+    repeats = len(cells[0].runs)
+    lines = [
+        f"Durable aput/s from coroutines on one event loop, median of {repeats} runs of "
+        f"{seconds:g} s each",
+        "",
+        "| coroutines | deltalog aput | AsyncSqliteSaver | deltalog / AsyncSqliteSaver "
+        "| puts per commit (deltalog) |",
+        "|--:|--:|--:|--:|--:|",
+    ]
+    for n in levels:
+        mine, peer = (by[(c, n)] for c in ASYNC_CONFIGS)
+        per_commit = statistics.median(mine.puts_per_commit)
+        lines.append(
+            f"| {n} | {mine.median:,.0f} | {peer.median:,.0f} "
+            f"| {mine.median / peer.median:.2f}x | {per_commit:.1f} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and print the table (and JSON when asked)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
@@ -183,6 +273,8 @@ def main(argv: list[str] | None = None) -> None:
     settings = sqlite_settings()
     cells = measure(seconds, repeats)
     print(table(cells, settings, seconds))
+    print()
+    print(async_table(cells, seconds))
     if args.json:
         payload = {
             "seconds": seconds,
