@@ -268,18 +268,30 @@ def test_a_fork_write_rebases_only_the_blobs_of_its_channel(
         name: [k for k in before if ids[keys.split_ids(k, 3)[0][2]] == name] for name in "ab"
     }
     assert by_channel["a"] and by_channel["b"]
-    lo_a, hi_a = before[by_channel["a"][-1]][1]
-    lo_b, hi_b = before[by_channel["b"][-1]][1]
+    # put_values gives every version counter 1 with a random suffix, so blob key
+    # order is random: pick an a-range and a b-range that overlap, widest first.
+    ids_in_thread = sorted(keys.encode_id(checkpoint_id(t.config)) for t in saver.list(cfg("t")))
+    pairs = sorted(
+        (
+            (min(before[ka][1][1], before[kb][1][1]), ka, kb)
+            for ka in by_channel["a"]
+            for kb in by_channel["b"]
+            if max(before[ka][1][0], before[kb][1][0]) <= min(before[ka][1][1], before[kb][1][1])
+        ),
+        reverse=True,
+    )
+    assert pairs, "the a and b write ranges should overlap"
+    _, blob_a, blob_b = pairs[0]
+    lo = max(before[blob_a][1][0], before[blob_b][1][0])
+    hi = min(before[blob_a][1][1], before[blob_b][1][1])
+    target_key = next(cid for cid in ids_in_thread if lo <= cid <= hi)
     target = next(
         checkpoint_id(t.config)
         for t in saver.list(cfg("t"))
-        if max(lo_a, lo_b) <= keys.encode_id(checkpoint_id(t.config)) <= min(hi_a, hi_b)
+        if keys.encode_id(checkpoint_id(t.config)) == target_key
     )
     saver.put_writes(at("t", target), [("a", ["forked"])], task_id="fork")
     after = {k: (raw, span) for k, raw, span in ranged_blobs(saver)}
     assert {k: before[k] for k in by_channel["b"]} == {k: after[k] for k in by_channel["b"]}
-    assert (
-        by_channel["a"][-1] not in after
-        or after[by_channel["a"][-1]] != before[by_channel["a"][-1]]
-    )
+    assert blob_a not in after or after[blob_a] != before[blob_a]
     assert verified(saver)
