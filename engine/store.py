@@ -1752,8 +1752,9 @@ class Store:
         # so may the thread that holds it to reopen after fork.
         self._write_lock = threading.RLock()
         # Group commit: callers queue requests; one leader at a time runs the queue
-        # as one transaction, then wakes the callers it committed for and makes
-        # the first request queued meanwhile (``_next``) the next leader.
+        # as one transaction, then wakes the callers it committed for and makes a
+        # thread caller queued meanwhile (``_next``) the next leader, or starts a
+        # leader task on ``_lead_pool`` when only async callers (submit) wait.
         self._queue_lock = threading.Lock()
         self._queue: list[_Request[Any]] = []
         self._leading = False
