@@ -7,9 +7,11 @@ goes through ``serde.dumps_typed`` / ``serde.loads_typed`` here, so
 It makes no LMDB calls; :mod:`deltalog.engine.store` does.
 
 Async methods serialize their arguments in the caller's thread (the runtime
-may mutate what it passed as soon as control returns), then hand the commit
-and its fsync to a small thread pool, so the event loop never waits on disk.
-Reads are memory-mapped and short, and run inline.
+may mutate what it passed as soon as control returns), then queue the write for
+the store's next group commit and await a future, so the event loop never
+waits on disk and no thread waits per pending write (without group commit, and
+for maintenance calls, a small thread pool runs them instead). Reads are
+memory-mapped and short, and run inline.
 """
 
 from __future__ import annotations
@@ -1021,7 +1023,7 @@ class DeltaLogSaver(
 
     def _writer_pool(self) -> ThreadPoolExecutor:
         if self._executor is None:
-            # Enough workers for group commit to batch concurrent coroutines.
+            # Async writes without group commit, and async maintenance calls.
             self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="deltalog-writer")
         return self._executor
 
