@@ -2,16 +2,18 @@
 
 Usage::
 
-    python tests/crash_writer.py PATH LOGFILE [--threads N] [--relaxed] [--sf K] [--wait]
+    python tests/crash_writer.py PATH LOGFILE [--threads N] [--relaxed] [--sf K] [--wait] [--async]
 
 It opens the store at PATH, then runs ``tests.graphs.chat_graph`` (``messages``
 is a ``DeltaChannel``) turn after turn on N LangGraph threads at once (one
-Python thread each, so group commit batches their puts). Every line of LOGFILE
+Python thread each, so group commit batches their puts). With ``--async`` the N
+writers are coroutines on one event loop (``ainvoke``, so the saver's ``aput``
+queues its writes for group commit). Every line of LOGFILE
 is one JSON object, written, flushed and fsynced before the writer goes on:
 
 * ``{"kind": "ready", "pid": …}`` once the store is open;
 * ``{"kind": "put", "thread_id": …, "checkpoint_id": …}`` after each ``put``
-  returned — so the checkpoint is durable by the saver's contract;
+  (or ``aput``) returned — so the checkpoint is durable by the saver's contract;
 * ``{"kind": "turn", "thread_id": …, "checkpoint_id": …, "state": …}`` after
   each ``invoke`` returned, with the state ``graph.get_state`` reconstructed.
 
@@ -25,6 +27,7 @@ be the last one; the reader ignores it.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import json
 import os
@@ -78,6 +81,19 @@ class LoggingSaver(DeltaLogSaver):
         self.log.write(kind="put", thread_id=conf["thread_id"], checkpoint_id=conf["checkpoint_id"])
         return out
 
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store the checkpoint through the async path, then log it once ``aput`` returned."""
+        out = await super().aput(config, checkpoint, metadata, new_versions)
+        conf = out["configurable"]
+        self.log.write(kind="put", thread_id=conf["thread_id"], checkpoint_id=conf["checkpoint_id"])
+        return out
+
 
 def fingerprint(values: dict[str, Any]) -> dict[str, Any]:
     """What the checker compares: message ids, a digest of each content, the turn counter."""
@@ -124,6 +140,36 @@ def _chat_forever(saver: DeltaLogSaver, log: Log, thread_id: str, sf: int) -> No
         )
 
 
+async def _achat_forever(saver: DeltaLogSaver, log: Log, thread_id: str, sf: int) -> None:
+    """:func:`_chat_forever` with ``ainvoke`` and ``aget_state``; any error ends the process."""
+    try:
+        graph = chat_graph(sf).compile(checkpointer=saver)
+        config = cfg(thread_id)
+        turn = 0
+        while True:
+            turn += 1
+            message = HumanMessage(
+                content=f"turn {turn} of writer {os.getpid()}: " + "lorem ipsum " * 20,
+                id=f"h-{os.getpid()}-{thread_id}-{turn}",
+            )
+            await graph.ainvoke({"messages": [message]}, config)
+            state = await graph.aget_state(config)
+            log.write(
+                kind="turn",
+                thread_id=thread_id,
+                checkpoint_id=state.config["configurable"]["checkpoint_id"],
+                state=fingerprint(state.values),
+            )
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(3)
+
+
+async def _run_coroutines(saver: DeltaLogSaver, log: Log, writers: int, sf: int) -> None:
+    await asyncio.gather(*(_achat_forever(saver, log, f"w{k}", sf) for k in range(writers)))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parse arguments, open the store, start the writer threads and never return."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
@@ -135,6 +181,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--wait", action="store_true", help="read a line from stdin before opening the store"
     )
+    parser.add_argument(
+        "--async", dest="use_async", action="store_true", help="coroutines instead of threads"
+    )
     args = parser.parse_args(argv)
     if args.wait:  # imports are done: the test checks the previous kill meanwhile
         sys.stdin.readline()
@@ -144,6 +193,9 @@ def main(argv: list[str] | None = None) -> None:
         raise TypeError(f"from_path returned {type(saver).__name__}")
     saver.log = log
     log.write(kind="ready", pid=os.getpid())
+    if args.use_async:
+        asyncio.run(_run_coroutines(saver, log, args.threads, args.sf))
+        return
     workers = [
         threading.Thread(target=run_thread, args=(saver, log, f"w{k}", args.sf), daemon=True)
         for k in range(args.threads)

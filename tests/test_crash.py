@@ -170,16 +170,17 @@ def check_chain(
 
 
 def start_writer(
-    store: Path, log: Path, errfile: Path, threads: int, relaxed: bool
+    store: Path, log: Path, errfile: Path, threads: int, relaxed: bool, use_async: bool = False
 ) -> subprocess.Popen[bytes]:
     """Start a writer that imports, then waits for a line on stdin before opening the store."""
     argv = [sys.executable, str(WRITER), str(store), str(log), "--threads", str(threads)]
     argv += ["--sf", str(SF), "--wait"] + (["--relaxed"] if relaxed else [])
+    argv += ["--async"] if use_async else []
     with errfile.open("wb") as err:
         return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err)
 
 
-def kill_loop(tmp_path: Path, kills: int, *, relaxed: bool) -> CrashStats:
+def kill_loop(tmp_path: Path, kills: int, *, relaxed: bool, use_async: bool = False) -> CrashStats:
     """Start, randomly kill and check the writer ``kills`` times on one store.
 
     The next writer is started (and imports) while the previous kill is
@@ -199,7 +200,7 @@ def kill_loop(tmp_path: Path, kills: int, *, relaxed: bool) -> CrashStats:
         return tmp_path / f"run-{run}.jsonl", tmp_path / f"run-{run}.err", threads
 
     log, errfile, threads = paths(0)
-    proc = start_writer(store, log, errfile, threads, relaxed)
+    proc = start_writer(store, log, errfile, threads, relaxed, use_async)
     for run in range(kills):
         try:
             assert proc.stdin is not None
@@ -218,7 +219,7 @@ def kill_loop(tmp_path: Path, kills: int, *, relaxed: bool) -> CrashStats:
         entries = read_log(log)
         if run + 1 < kills:
             next_log, next_err, next_threads = paths(run + 1)
-            next_proc = start_writer(store, next_log, next_err, next_threads, relaxed)
+            next_proc = start_writer(store, next_log, next_err, next_threads, relaxed, use_async)
         try:
             puts = sum(e["kind"] == "put" for e in entries)
             stats.puts_logged += puts
@@ -272,3 +273,15 @@ def test_relaxed_durability_survives_process_kill(tmp_path: Path) -> None:
     """R8 with durable=False: a killed *process* still loses no returned put (the OS page cache holds it); only an OS crash or power loss may drop the last commits."""
     stats = kill_loop(tmp_path, max(20, KILLS // 5), relaxed=True)
     assert stats.puts_logged > stats.kills
+
+
+@pytest.mark.stress
+@pytest.mark.timeout(300)
+def test_sigkill_loses_no_returned_aput(tmp_path: Path) -> None:
+    """R8 through the async path: writers on coroutines (``ainvoke``, so ``aput`` queues its
+    write for group commit and awaits its future) lose no put that returned to them."""
+    kills = max(20, KILLS // 4)
+    stats = kill_loop(tmp_path, kills, relaxed=False, use_async=True)
+    assert stats.kills == kills
+    assert stats.puts_logged > kills
+    assert stats.runs_without_put < kills // 2
