@@ -29,12 +29,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import itertools
 import json
 import os
 import sys
 import threading
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 if __package__ in (None, ""):  # run as a script: make `tests.graphs` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -43,6 +44,7 @@ from deltalog.engine import DeltaLogSaver
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.types import StateSnapshot
 
 from tests.graphs import cfg, chat_graph
 
@@ -76,10 +78,7 @@ class LoggingSaver(DeltaLogSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store the checkpoint, then log it (only a returned put is promised durable)."""
-        out = super().put(config, checkpoint, metadata, new_versions)
-        conf = out["configurable"]
-        self.log.write(kind="put", thread_id=conf["thread_id"], checkpoint_id=conf["checkpoint_id"])
-        return out
+        return self._logged(super().put(config, checkpoint, metadata, new_versions))
 
     async def aput(
         self,
@@ -89,7 +88,9 @@ class LoggingSaver(DeltaLogSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store the checkpoint through the async path, then log it once ``aput`` returned."""
-        out = await super().aput(config, checkpoint, metadata, new_versions)
+        return self._logged(await super().aput(config, checkpoint, metadata, new_versions))
+
+    def _logged(self, out: RunnableConfig) -> RunnableConfig:
         conf = out["configurable"]
         self.log.write(kind="put", thread_id=conf["thread_id"], checkpoint_id=conf["checkpoint_id"])
         return out
@@ -113,57 +114,47 @@ def run_thread(saver: DeltaLogSaver, log: Log, thread_id: str, sf: int) -> None:
     its own is reported as a failure rather than hidden.
     """
     try:
-        _chat_forever(saver, log, thread_id, sf)
+        graph = chat_graph(sf).compile(checkpointer=saver)
+        config = cfg(thread_id)
+        for turn in itertools.count(1):
+            graph.invoke({"messages": [_message(thread_id, turn)]}, config)
+            _log_turn(log, thread_id, graph.get_state(config))
     except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(3)
-
-
-def _chat_forever(saver: DeltaLogSaver, log: Log, thread_id: str, sf: int) -> None:
-    graph = chat_graph(sf).compile(checkpointer=saver)
-    config = cfg(thread_id)
-    turn = 0
-    while True:
-        turn += 1
-        message = HumanMessage(
-            content=f"turn {turn} of writer {os.getpid()}: " + "lorem ipsum " * 20,
-            id=f"h-{os.getpid()}-{thread_id}-{turn}",
-        )
-        graph.invoke({"messages": [message]}, config)
-        state = graph.get_state(config)
-        log.write(
-            kind="turn",
-            thread_id=thread_id,
-            checkpoint_id=state.config["configurable"]["checkpoint_id"],
-            state=fingerprint(state.values),
-        )
+        _die()
 
 
 async def _achat_forever(saver: DeltaLogSaver, log: Log, thread_id: str, sf: int) -> None:
-    """:func:`_chat_forever` with ``ainvoke`` and ``aget_state``; any error ends the process."""
+    """:func:`run_thread` with ``ainvoke`` and ``aget_state``; any error ends the process."""
     try:
         graph = chat_graph(sf).compile(checkpointer=saver)
         config = cfg(thread_id)
-        turn = 0
-        while True:
-            turn += 1
-            message = HumanMessage(
-                content=f"turn {turn} of writer {os.getpid()}: " + "lorem ipsum " * 20,
-                id=f"h-{os.getpid()}-{thread_id}-{turn}",
-            )
-            await graph.ainvoke({"messages": [message]}, config)
-            state = await graph.aget_state(config)
-            log.write(
-                kind="turn",
-                thread_id=thread_id,
-                checkpoint_id=state.config["configurable"]["checkpoint_id"],
-                state=fingerprint(state.values),
-            )
+        for turn in itertools.count(1):
+            await graph.ainvoke({"messages": [_message(thread_id, turn)]}, config)
+            _log_turn(log, thread_id, await graph.aget_state(config))
     except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(3)
+        _die()
+
+
+def _message(thread_id: str, turn: int) -> HumanMessage:
+    return HumanMessage(
+        content=f"turn {turn} of writer {os.getpid()}: " + "lorem ipsum " * 20,
+        id=f"h-{os.getpid()}-{thread_id}-{turn}",
+    )
+
+
+def _log_turn(log: Log, thread_id: str, state: StateSnapshot) -> None:
+    log.write(
+        kind="turn",
+        thread_id=thread_id,
+        checkpoint_id=state.config["configurable"]["checkpoint_id"],
+        state=fingerprint(state.values),
+    )
+
+
+def _die() -> NoReturn:
+    traceback.print_exc()
+    sys.stderr.flush()
+    os._exit(3)
 
 
 async def _run_coroutines(saver: DeltaLogSaver, log: Log, writers: int, sf: int) -> None:

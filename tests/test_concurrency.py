@@ -25,7 +25,13 @@ from typing import Any
 import pytest
 from deltalog.engine import DeltaLogSaver
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.state import CompiledStateGraph
 
@@ -44,10 +50,17 @@ def put_tagged(
     parent: RunnableConfig | None,
 ) -> RunnableConfig:
     """Put a checkpoint whose value names its own id, its writer and its sequence number."""
+    config = parent or {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    return saver.put(config, *tagged_checkpoint(saver, writer, seq))
+
+
+def tagged_checkpoint(
+    saver: BaseCheckpointSaver[Any], writer: str, seq: int
+) -> tuple[Checkpoint, CheckpointMetadata, ChannelVersions]:
+    """``put``'s checkpoint, metadata and versions for :func:`put_tagged` (and its async twins)."""
     checkpoint, versions = new_checkpoint(saver, {"payload": None})
     checkpoint["channel_values"]["payload"] = {"id": checkpoint["id"], "writer": writer, "seq": seq}
-    config = parent or {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-    return saver.put(config, checkpoint, {"source": "loop", "step": seq}, versions)
+    return checkpoint, {"source": "loop", "step": seq}, versions
 
 
 def check_tuple(t: CheckpointTuple) -> None:
@@ -280,16 +293,8 @@ async def test_many_coroutines_on_one_async_saver(
         parents: dict[str, RunnableConfig | None] = {f"own-{k}": None, "shared": None}
         for seq in range(per):
             for thread_id, parent in parents.items():
-                checkpoint, versions = new_checkpoint(saver, {"payload": None})
-                checkpoint["channel_values"]["payload"] = {
-                    "id": checkpoint["id"],
-                    "writer": f"co{k}",
-                    "seq": seq,
-                }
                 config = parent or {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-                new = await saver.aput(
-                    config, checkpoint, {"source": "loop", "step": seq}, versions
-                )
+                new = await saver.aput(config, *tagged_checkpoint(saver, f"co{k}", seq))
                 await saver.aput_writes(new, [("payload", seq)], task_id=f"co{k}-{seq}")
                 parents[thread_id] = new
                 out.append((thread_id, checkpoint_id(new), seq))
@@ -453,14 +458,8 @@ async def _aput_chain(saver: DeltaLogSaver, thread_id: str, n: int) -> list[tupl
     out: list[tuple[str, int]] = []
     parent: RunnableConfig | None = None
     for seq in range(n):
-        checkpoint, versions = new_checkpoint(saver, {"payload": None})
-        checkpoint["channel_values"]["payload"] = {
-            "id": checkpoint["id"],
-            "writer": "a",
-            "seq": seq,
-        }
         config = parent or {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-        parent = await saver.aput(config, checkpoint, {"source": "loop", "step": seq}, versions)
+        parent = await saver.aput(config, *tagged_checkpoint(saver, "a", seq))
         out.append((checkpoint_id(parent), seq))
     return out
 
