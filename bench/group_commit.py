@@ -84,6 +84,12 @@ def _checkpoint(
     return checkpoint, {"source": "loop", "step": step}, {"messages": version}
 
 
+def _rates(puts: int, elapsed: float, first: int, last: int) -> tuple[float, float]:
+    """(checkpoints/s, puts per commit) from the commit counter before and after (-1: none)."""
+    done = last - first
+    return puts / elapsed, puts / done if first >= 0 and done else 0.0
+
+
 @contextmanager
 def _open(
     config: str, folder: Path
@@ -132,9 +138,7 @@ def _run(config: str, threads: int, seconds: float) -> tuple[float, float]:
         start.wait()
         for w in workers:
             w.join()
-        elapsed = time.perf_counter() - began
-        done = commits() - first
-        return sum(counts) / elapsed, sum(counts) / done if first >= 0 and done else 0.0
+        return _rates(sum(counts), time.perf_counter() - began, first, commits())
 
 
 @asynccontextmanager
@@ -149,11 +153,8 @@ async def _aopen(
             await saver.setup()
             yield saver, lambda: -1
         return
-    deltalog = DeltaLogSaver.from_path(folder / "store")
-    try:
-        yield deltalog, lambda: int(deltalog.store.env.info()["last_txnid"])
-    finally:
-        deltalog.close()
+    with _open("group commit", folder) as opened:
+        yield opened
 
 
 def _arun(config: str, coroutines: int, seconds: float) -> tuple[float, float]:
@@ -175,9 +176,7 @@ def _arun(config: str, coroutines: int, seconds: float) -> tuple[float, float]:
             began = time.perf_counter()
             stop = began + seconds
             await asyncio.gather(*(writer(k) for k in range(coroutines)))
-            elapsed = time.perf_counter() - began
-            done = commits() - first
-            return sum(counts) / elapsed, sum(counts) / done if first >= 0 and done else 0.0
+            return _rates(sum(counts), time.perf_counter() - began, first, commits())
 
     with tempfile.TemporaryDirectory(prefix="deltalog-gc-") as tmp:
         return asyncio.run(main(Path(tmp)))
