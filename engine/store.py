@@ -1875,6 +1875,11 @@ class Store:
                 "store is damaged: restore it from a backup"
             )
 
+    def _check_writable(self) -> None:
+        self._check_pid()
+        if self.readonly:
+            raise DeltaLogError(f"store {self.path!r} was opened read-only")
+
     def _check_pid(self) -> None:
         if self._closed:
             raise DeltaLogError(f"store {self.path!r} is closed; open a new saver")
@@ -2026,9 +2031,7 @@ class Store:
         history memo. Any other op (deletion, maintenance, raw puts) makes the
         commit count as changing every remembered history.
         """
-        self._check_pid()
-        if self.readonly:
-            raise DeltaLogError(f"store {self.path!r} was opened read-only")
+        self._check_writable()
         req: _Request[T] = _Request(op, history_safe)
         if not self.group_commit:
             with self._write_lock:
@@ -2068,9 +2071,7 @@ class Store:
         on the store's lead thread takes the queue, so the caller never blocks
         and no thread waits per queued op. Same durability as :meth:`write`.
         """
-        self._check_pid()
-        if self.readonly:
-            raise DeltaLogError(f"store {self.path!r} was opened read-only")
+        self._check_writable()
         if not self.group_commit:
             raise DeltaLogError("Store.submit needs group commit; use Store.write")
         req: _Request[T] = _Request(op, history_safe, notify)
