@@ -349,9 +349,9 @@ def test_group_commit_shares_transactions(
     batches: list[int] = []
     run_batch = saver.store._run_batch
 
-    def counting(batch: list[Any]) -> None:
+    def counting(batch: list[Any], before_commit: Callable[[], None] | None = None) -> None:
         batches.append(len(batch))
-        run_batch(batch)
+        run_batch(batch, before_commit)
         assert all(req.done for req in batch)  # every caller of this batch returns after it
 
     monkeypatch.setattr(saver.store, "_run_batch", counting)
@@ -453,6 +453,85 @@ def test_interrupted_waiter_does_not_stall_group_commit(
     assert store._next is None and not store._leading and not store._queue
 
 
+def _waits_for(condition: Callable[[], bool], timeout: float = 20) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return condition()
+
+
+@pytest.mark.timeout(120)
+def test_a_withdrawn_next_leader_wakes_the_batch_left_to_it(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """A leader with a successor leaves its batch's callers to it: it wakes them once its
+    own ops ran (Store._lead). A successor interrupted before it starts, with no one queued
+    behind it, wakes them itself; a caller of that batch never waits for a later write."""
+    import signal
+
+    saver = make_saver()
+    store = saver.store
+    gates = {name: threading.Event() for name in ("first", "shared")}
+    entered = {name: threading.Event() for name in ("first", "shared")}
+    ran: list[str] = []
+
+    def blocking(name: str) -> Callable[[Any], None]:
+        def op(w: Any) -> None:  # holds its batch until its gate opens
+            entered[name].set()
+            assert gates[name].wait(20)
+
+        return op
+
+    def mine(w: Any) -> None:
+        ran.append("interrupted caller's op")
+
+    first = threading.Thread(target=store.write, args=(blocking("first"),))
+    first.start()
+    assert entered["first"].wait(20)
+    # Queued behind it: a put, whose caller leads the next batch, and a blocking op that
+    # shares that batch and whose caller sleeps until the batch's callers are woken.
+    leader_put: list[RunnableConfig] = []
+    leader = threading.Thread(
+        target=lambda: leader_put.append(put_tagged(saver, "lead", "l", 0, None))
+    )
+    leader.start()
+    assert _waits_for(lambda: len(store._queue) == 1)
+    sleeper = threading.Thread(target=store.write, args=(blocking("shared"),))
+    sleeper.start()
+    assert _waits_for(lambda: len(store._queue) == 2)
+    gates["first"].set()
+    assert entered["shared"].wait(20)
+
+    def signal_when_queued() -> None:  # the main thread's write, queued for the next batch
+        if _waits_for(lambda: len(store._queue) == 1):
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    def handler(signum: int, frame: Any) -> None:
+        gates["shared"].set()  # the batch commits and makes this waiter the next leader
+        assert _waits_for(lambda: store._next is not None and store._next.op is mine)
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    helper = threading.Thread(target=signal_when_queued)
+    try:
+        helper.start()
+        with pytest.raises(_Interrupted):
+            store.write(mine)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        for gate in gates.values():
+            gate.set()
+        helper.join(30)
+    sleeper.join(20)
+    assert not sleeper.is_alive(), "a caller of the last batch was never woken"
+    leader.join(20)
+    first.join(20)
+    assert len(leader_put) == 1 and saver.get_tuple(leader_put[0]) is not None
+    assert ran == []
+    assert store._next is None and not store._leading and not store._queue
+    assert not store._unwoken
+
+
 async def _aput_chain(saver: DeltaLogSaver, thread_id: str, n: int) -> list[tuple[str, int]]:
     """n async puts on a chain; (checkpoint id, seq) of each."""
     out: list[tuple[str, int]] = []
@@ -475,9 +554,9 @@ async def test_async_writes_share_commits_without_a_thread_each(
     batches: list[int] = []
     run_batch = saver.store._run_batch
 
-    def counting(batch: list[Any]) -> None:
+    def counting(batch: list[Any], before_commit: Callable[[], None] | None = None) -> None:
         batches.append(len(batch))
-        run_batch(batch)
+        run_batch(batch, before_commit)
 
     monkeypatch.setattr(saver.store, "_run_batch", counting)
     baseline = threading.active_count()
