@@ -532,6 +532,66 @@ def test_a_withdrawn_next_leader_wakes_the_batch_left_to_it(
     assert not store._unwoken
 
 
+@pytest.mark.timeout(60)
+def test_a_failing_op_fails_alone_and_leaves_nothing_in_its_batch(
+    make_saver: Callable[..., DeltaLogSaver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ops of a batch share one transaction: one that writes and then raises fails its
+    own caller, none of what it wrote is stored, and the other ops of the batch commit."""
+    saver = make_saver()
+    store = saver.store
+    batches: list[int] = []
+    run_batch = store._run_batch
+
+    def counting(batch: list[Any], before_commit: Callable[[], None] | None = None) -> None:
+        batches.append(len(batch))
+        run_batch(batch, before_commit)
+
+    monkeypatch.setattr(store, "_run_batch", counting)
+    gate, entered = threading.Event(), threading.Event()
+
+    def blocking(w: Any) -> None:  # holds the lead while the batch queues behind it
+        entered.set()
+        assert gate.wait(20)
+
+    def half_then_fail(w: Any) -> None:
+        w.put_raw(store.db("meta"), b"half-written", b"x")
+        raise ValueError("bad op")
+
+    first = threading.Thread(target=store.write, args=(blocking,))
+    first.start()
+    assert entered.wait(20)
+    puts: dict[str, RunnableConfig] = {}
+    errors: list[BaseException] = []
+
+    def failing() -> None:
+        try:
+            store.write(half_then_fail)
+        except ValueError as exc:
+            errors.append(exc)
+
+    writers = [
+        threading.Thread(target=lambda: puts.update(a=put_tagged(saver, "a", "a", 0, None))),
+        threading.Thread(target=failing),
+        threading.Thread(target=lambda: puts.update(c=put_tagged(saver, "c", "c", 0, None))),
+    ]
+
+    def queue_longer_than(n: int) -> Callable[[], bool]:
+        return lambda: len(store._queue) > n
+
+    for writer in writers:  # queued in this order, one at a time
+        queued = len(store._queue)
+        writer.start()
+        assert _waits_for(queue_longer_than(queued))
+    gate.set()
+    for writer in [first, *writers]:
+        writer.join(20)
+    assert batches[:2] == [1, 3], "the three writes did not share one batch"
+    assert [str(e) for e in errors] == ["bad op"]
+    assert saver.get_tuple(puts["a"]) is not None and saver.get_tuple(puts["c"]) is not None
+    assert [k for k, _ in store.iter_db("meta", b"half-written")] == []
+
+
 async def _aput_chain(saver: DeltaLogSaver, thread_id: str, n: int) -> list[tuple[str, int]]:
     """n async puts on a chain; (checkpoint id, seq) of each."""
     out: list[tuple[str, int]] = []
