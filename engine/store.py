@@ -1216,11 +1216,16 @@ class WriteTxn(ReadTxn):
         """
         c = self.intern(keys.KIND_CHANNEL, channel)
         key = keys.blob_key(t, n, c, version)
-        cur = self.txn.cursor(db=self.dbs.blobs)
-        if cur.set_key(key):
-            return
         record: bytes | None = None
-        if self.store.delta_blobs and len(typed[1]) >= DELTA_MIN:
+        if not (self.store.delta_blobs and len(typed[1]) >= DELTA_MIN):
+            # No base to look for: a put that may not overwrite checks for the key.
+            record = self.codec.encode(list(typed))
+            if not self.txn.put(key, record, overwrite=False, db=self.dbs.blobs):
+                return
+        else:
+            cur = self.txn.cursor(db=self.dbs.blobs)
+            if cur.set_key(key):
+                return
             base_payload, base_ref, seq = b"", b"", 0
             base = self._skip_delta_base(cur, key, keys.blob_prefix(t, n, c))
             if base is not None:
@@ -1243,9 +1248,9 @@ class WriteTxn(ReadTxn):
                 old = self.txn.get(mark, db=self.dbs.meta)
                 if old is None or bytes(old) < writes.hi:
                     self.txn.put(mark, writes.hi, db=self.dbs.meta)
-        if record is None:
-            record = self.codec.encode(list(typed))
-        self.txn.put(key, record, db=self.dbs.blobs)
+            if record is None:
+                record = self.codec.encode(list(typed))
+            self.txn.put(key, record, db=self.dbs.blobs)
         self.memo_blobs.append((t, n, key))
         if len(typed[1]) >= DELTA_MIN:
             self.store.payloads.put(record, typed)
@@ -1397,13 +1402,15 @@ class WriteTxn(ReadTxn):
         latest = self.latest_key(t, n)
         if latest is not None and latest >= key:
             # Overwritten, or inserted below a newer checkpoint: it may be the
-            # ancestor (or the missing parent) of a remembered history.
+            # ancestor (or the missing parent) of a remembered history. (Only
+            # then can the key exist already.)
             self.memo_groups.add((t, n))
-        old = self.txn.get(key, db=self.dbs.checkpoints)
-        if old is not None:
-            old_run = self.codec.decode(old, f"checkpoints/{key.hex()}")[7]
-            if old_run is not None and old_run != run_id:
-                self.txn.delete(keys.run_key(keys.encode_run(old_run), t, n, cid), db=self.dbs.runs)
+            old = self.txn.get(key, db=self.dbs.checkpoints)
+            if old is not None:
+                old_run = self.codec.decode(old, f"checkpoints/{key.hex()}")[7]
+                if old_run is not None and old_run != run_id:
+                    run_key = keys.run_key(keys.encode_run(old_run), t, n, cid)
+                    self.txn.delete(run_key, db=self.dbs.runs)
         record = [
             _parent_in(parent_id),
             channel_versions,
