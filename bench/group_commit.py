@@ -64,13 +64,15 @@ class Cell:
         return statistics.median(self.runs)
 
 
-def _put(saver: BaseCheckpointSaver[Any], config: RunnableConfig, step: int) -> RunnableConfig:
+def put_step(saver: BaseCheckpointSaver[Any], config: RunnableConfig, step: int) -> RunnableConfig:
+    """Put the ``step``-th checkpoint of a chain (a ~200-byte new value) after ``config``."""
     return saver.put(config, *_checkpoint(saver, step))  # type: ignore[arg-type]
 
 
-async def _aput(
+async def aput_step(
     saver: BaseCheckpointSaver[Any], config: RunnableConfig, step: int
 ) -> RunnableConfig:
+    """:func:`put_step` through ``aput``."""
     return await saver.aput(config, *_checkpoint(saver, step))  # type: ignore[arg-type]
 
 
@@ -126,7 +128,7 @@ def _run(config: str, threads: int, seconds: float) -> tuple[float, float]:
             config_k: RunnableConfig = {"configurable": {"thread_id": f"t{k}", "checkpoint_ns": ""}}
             start.wait()
             while time.perf_counter() < stop[0]:
-                config_k = _put(saver, config_k, counts[k])
+                config_k = put_step(saver, config_k, counts[k])
                 counts[k] += 1
 
         workers = [threading.Thread(target=writer, args=(k,)) for k in range(threads)]
@@ -169,7 +171,7 @@ def _arun(config: str, coroutines: int, seconds: float) -> tuple[float, float]:
                     "configurable": {"thread_id": f"t{k}", "checkpoint_ns": ""}
                 }
                 while time.perf_counter() < stop:
-                    config_k = await _aput(saver, config_k, counts[k])
+                    config_k = await aput_step(saver, config_k, counts[k])
                     counts[k] += 1
 
             first = commits()

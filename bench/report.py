@@ -7,8 +7,8 @@
   and target verdicts, so scripts never recompute them.
 * :func:`write_plots` writes PNGs next to the JSON with matplotlib's Agg
   backend: stored bytes and bytes added per turn against turns, invoke latency
-  against turns (rolling median), read latencies, and throughput against
-  concurrency; one line (or bar) per saver.
+  against turns (rolling median), read latencies, and throughput (graph turns,
+  and raw durable puts) against concurrency; one line (or bar) per saver.
 
 Ratios are ``subject / peer``: below 1 means the subject stores fewer bytes or
 answers faster; for throughput (checkpoints per second) above 1 is better.
@@ -165,7 +165,8 @@ class Target:
         key: Stable name.
         text: What the target says, for the table.
         scenario: Scenario the figure comes from.
-        metric: A :data:`METRICS` key, or ``"throughput@<threads>"``.
+        metric: A :data:`METRICS` key, ``"throughput@<threads>"`` (graph turns) or
+            ``"puts@<threads>"`` (raw writes).
         against: A peer name, ``"best"`` (best durable peer for bytes, best
             peer otherwise).
         limit: The bound on ``subject / against``.
@@ -248,8 +249,17 @@ TARGETS: tuple[Target, ...] = (
         0.8,
     ),
     Target(
+        "puts16_vs_sqlite",
+        "write throughput: durable puts/s with 16 threads ≥ 2× SqliteSaver",
+        "throughput",
+        "puts@16",
+        "sqlite",
+        2.0,
+        higher_is_better=True,
+    ),
+    Target(
         "throughput16_vs_sqlite",
-        "checkpoints/s with 16 threads (durable) ≥ 2× SqliteSaver",
+        "graph turns: checkpoints/s with 16 threads (durable) ≥ 2× SqliteSaver",
         "throughput",
         "throughput@16",
         "sqlite",
@@ -289,10 +299,14 @@ class TargetVerdict:
     note: str
 
 
-def _throughput_at(result: ThroughputResult | None, saver: str, threads: int) -> float | None:
+def _throughput_at(
+    result: ThroughputResult | None, saver: str, threads: int, kind: str = "throughput"
+) -> float | None:
+    """Median rate of ``saver`` at ``threads``: graph checkpoints/s (``kind``
+    ``"throughput"``) or raw puts/s (``"puts"``)."""
     if result is None:
         return None
-    for point in result.savers.get(saver, []):
+    for point in (result.puts if kind == "puts" else result.savers).get(saver, []):
         if point.threads == threads:
             return point.checkpoints_per_s
     return None
@@ -325,10 +339,11 @@ def evaluate_targets(result: BenchResult, subject: str = "deltalog") -> list[Tar
             )
 
         turns: int | None = None
-        if target.metric.startswith("throughput@"):
-            threads = int(target.metric.split("@", 1)[1])
+        if target.metric.startswith(("throughput@", "puts@")):
+            kind, threads_text = target.metric.split("@", 1)
+            threads = int(threads_text)
             values = {
-                n: _throughput_at(result.throughput, n, threads)
+                n: _throughput_at(result.throughput, n, threads, kind)
                 for n in (result.throughput.savers if result.throughput else {})
             }
             if result.throughput is None or threads not in result.throughput.threads:
@@ -407,15 +422,23 @@ def ratio_table(result: BenchResult, subject: str = "deltalog") -> dict[str, Any
             }
         table[chat.scenario] = per_metric
     tp = result.throughput
-    if tp is not None and subject in tp.savers and tp.savers[subject]:
-        table[tp.scenario] = {
-            f"{threads} threads": {
-                n: _ratio(_throughput_at(tp, subject, threads), _throughput_at(tp, n, threads))
-                for n in tp.savers
-                if n != subject
-            }
-            for threads in tp.threads
-        }
+    if tp is not None:
+        for kind, by_saver, name in (
+            ("throughput", tp.savers, tp.scenario),
+            ("puts", tp.puts, f"{tp.scenario}-puts"),
+        ):
+            if by_saver.get(subject):
+                table[name] = {
+                    f"{threads} threads": {
+                        n: _ratio(
+                            _throughput_at(tp, subject, threads, kind),
+                            _throughput_at(tp, n, threads, kind),
+                        )
+                        for n in by_saver
+                        if n != subject
+                    }
+                    for threads in tp.threads
+                }
     return table
 
 
@@ -536,39 +559,44 @@ def build_tables(result: BenchResult, subject: str = "deltalog") -> list[TableDa
 
     tp = result.throughput
     if tp is not None:
-        names = list(tp.savers)
-        rows = []
-        for threads in tp.threads:
-            row = [Cell(f"{threads} threads")]
-            for n in names:
-                value = _throughput_at(tp, n, threads)
-                text = "–" if value is None else f"{value:,.0f}/s"
-                if value is not None and n != subject and subject in names:
-                    mine = _throughput_at(tp, subject, threads)
-                    r = _ratio(mine, value)
-                    if r is not None:
-                        text += f" ({r:.2f}×)"
-                row.append(Cell(text))
-            rows.append(row)
-        headers = ["checkpoints/s"] + [
-            n + ("" if result.peers.get(n, {}).get("durable", True) else " (not durable)")
-            for n in names
-        ]
-        tables.append(
-            TableData(
-                f"{tp.scenario}: messages as {tp.field}, median of {tp.repeats} rounds of "
-                f"{tp.seconds:g} s (in brackets: {subject} ÷ peer, above 1× is better)",
-                headers,
-                rows,
+        for kind, title, unit in (
+            ("throughput", f"graph turns, messages as {tp.field}", "checkpoints/s"),
+            ("puts", "raw writes (put of a ~200-byte value, no graph)", "puts/s"),
+        ):
+            names = list(tp.savers if kind == "throughput" else tp.puts)
+            if not names:
+                continue
+            rows = []
+            for threads in tp.threads:
+                row = [Cell(f"{threads} threads")]
+                for n in names:
+                    value = _throughput_at(tp, n, threads, kind)
+                    text = "–" if value is None else f"{value:,.0f}/s"
+                    if value is not None and n != subject and subject in names:
+                        r = _ratio(_throughput_at(tp, subject, threads, kind), value)
+                        if r is not None:
+                            text += f" ({r:.2f}×)"
+                    row.append(Cell(text))
+                rows.append(row)
+            headers = [unit] + [
+                n + ("" if result.peers.get(n, {}).get("durable", True) else " (not durable)")
+                for n in names
+            ]
+            tables.append(
+                TableData(
+                    f"{tp.scenario}: {title}, median of {tp.repeats} rounds of "
+                    f"{tp.seconds:g} s (in brackets: {subject} ÷ peer, above 1× is better)",
+                    headers,
+                    rows,
+                )
             )
-        )
 
     rows = []
     for v in evaluate_targets(result, subject):
         unit = "bytes" if v.key.startswith("storage") else "ms"
 
         def show(x: float | None, unit: str = unit, key: str = v.key) -> str:
-            if key.startswith("throughput"):
+            if key.startswith(("throughput", "puts")):
                 return "–" if x is None else f"{x:,.0f}/s"
             return _format(unit, x)
 
@@ -688,9 +716,10 @@ def write_plots(result: BenchResult, out_dir: Path, subject: str = "deltalog") -
     "last 100 turns" figure, and two snapshot periods at sf=100 — against
     turns), ``<scenario>-latency.png`` (invoke latency against turns, rolling
     median over 25 turns) and ``<scenario>-reads.png`` (``get_state``, history
-    and delta-history p50). For throughput: ``throughput.png`` (median
+    and delta-history p50). For throughput: ``throughput.png`` (median graph
     checkpoints/s against concurrency, bars from the slowest to the fastest
-    round). One line or bar per saver, each saver
+    round) and ``throughput-puts.png`` (the same for raw durable puts). One
+    line or bar per saver, each saver
     in the same colour in every plot; the subject is drawn thicker and async
     savers dashed.
 
@@ -788,35 +817,41 @@ def write_plots(result: BenchResult, out_dir: Path, subject: str = "deltalog") -
 
     tp = result.throughput
     if tp is not None:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        for name, points in tp.savers.items():
-            if points:
-                medians = [p.checkpoints_per_s for p in points]
-                spread = [
-                    [m - min(p.rounds_per_s) for m, p in zip(medians, points, strict=True)],
-                    [max(p.rounds_per_s) - m for m, p in zip(medians, points, strict=True)],
-                ]
-                ax.errorbar(
-                    [p.threads for p in points],
-                    medians,
-                    yerr=spread,
-                    marker="o",
-                    capsize=3,
-                    **style(name),
-                )
-        ax.set(
-            title=f"{tp.scenario}: checkpoints/s, median and range of {tp.repeats} rounds "
-            f"of {tp.seconds:g} s ({tp.field})",
-            xlabel="concurrent threads (asyncio tasks for async savers)",
-            ylabel="checkpoints/s",
-            xscale="log",
-        )
-        ax.set_xticks(tp.threads)
-        ax.set_xticklabels([str(t) for t in tp.threads])
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize="small")
-        fig.tight_layout()
-        written.append(_save(fig, out_dir / f"{tp.scenario}.png", plt))
+        for by_saver, what, unit, suffix in (
+            (tp.savers, f"graph turns ({tp.field})", "checkpoints/s", ""),
+            (tp.puts, "raw durable puts", "puts/s", "-puts"),
+        ):
+            if not any(by_saver.values()):
+                continue
+            fig, ax = plt.subplots(figsize=(8, 4.5))
+            for name, points in by_saver.items():
+                if points:
+                    medians = [p.checkpoints_per_s for p in points]
+                    spread = [
+                        [m - min(p.rounds_per_s) for m, p in zip(medians, points, strict=True)],
+                        [max(p.rounds_per_s) - m for m, p in zip(medians, points, strict=True)],
+                    ]
+                    ax.errorbar(
+                        [p.threads for p in points],
+                        medians,
+                        yerr=spread,
+                        marker="o",
+                        capsize=3,
+                        **style(name),
+                    )
+            ax.set(
+                title=f"{tp.scenario}: {unit}, {what}, median and range of {tp.repeats} "
+                f"rounds of {tp.seconds:g} s",
+                xlabel="concurrent threads (asyncio tasks for async savers)",
+                ylabel=unit,
+                xscale="log",
+            )
+            ax.set_xticks(tp.threads)
+            ax.set_xticklabels([str(t) for t in tp.threads])
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize="small")
+            fig.tight_layout()
+            written.append(_save(fig, out_dir / f"{tp.scenario}{suffix}.png", plt))
     return written
 
 

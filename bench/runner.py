@@ -25,7 +25,9 @@ Peak RSS is the worker process's ``VmHWM`` (Linux; ``ru_maxrss`` elsewhere),
 read after the final reads, next to its RSS after imports and graph compile.
 
 Throughput runs one worker per saver too, one saver and one concurrency level
-at a time, each round on a fresh store.
+at a time, each round on a fresh store: graph turns (checkpoints/s of whole
+``invoke`` calls) and then raw durable writes (``put`` calls/s, no graph), both
+interleaved across savers.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from deltalog.bench.graphs import (
     human_message,
     thread_config,
 )
+from deltalog.bench.group_commit import aput_step, put_step
 from deltalog.bench.peers import REGISTRY, OpenPeer, PeerContext, PeerSpec
 from deltalog.bench.scenarios import BenchPlan, ChatScenario, ThroughputScenario
 from langchain_core.runnables import RunnableConfig
@@ -259,8 +262,13 @@ class ThroughputResult:
         seconds: Budget of one round.
         repeats: Rounds per (saver, concurrency).
         threads: Concurrency levels measured.
-        savers: Points per saver, by registry name.
+        savers: Points per saver, by registry name: checkpoints per second
+            of whole graph turns (LangGraph's work, reads and writes).
         errors: Traceback per saver that raised.
+        puts: Points per saver for raw writes: each worker ``put``s (``aput``
+            for async savers) a chain of checkpoints, a ~200-byte new value
+            each, on its own thread id; no graph and no reads, so this is the
+            saver's write throughput. ``checkpoints_per_s`` is puts per second.
     """
 
     scenario: str
@@ -270,6 +278,7 @@ class ThroughputResult:
     threads: list[int]
     savers: dict[str, list[ThroughputPoint]]
     errors: dict[str, str]
+    puts: dict[str, list[ThroughputPoint]] = dataclasses.field(default_factory=dict)
 
 
 @dataclass
@@ -322,13 +331,18 @@ class BenchResult:
             ChatResult(**{**c, "savers": {n: saver(r) for n, r in c["savers"].items()}})
             for c in data["chat"]
         ]
+
+        def points(by_saver: dict[str, Any]) -> dict[str, list[ThroughputPoint]]:
+            return {
+                n: [ThroughputPoint(**{**p, "invoke": LatencyStats(**p["invoke"])}) for p in pts]
+                for n, pts in by_saver.items()
+            }
+
         throughput = None
         if (tp := data.get("throughput")) is not None:
-            points = {
-                n: [ThroughputPoint(**{**p, "invoke": LatencyStats(**p["invoke"])}) for p in pts]
-                for n, pts in tp["savers"].items()
-            }
-            throughput = ThroughputResult(**{**tp, "savers": points})
+            throughput = ThroughputResult(
+                **{**tp, "savers": points(tp["savers"]), "puts": points(tp.get("puts", {}))}
+            )
         return cls(
             meta=data["meta"],
             peers=data["peers"],
@@ -526,6 +540,30 @@ class SaverWorker:
             invoke_s=[x for lat in latencies for x in lat],
         )
 
+    def puts(self, scenario: ThroughputScenario, threads: int) -> ThroughputRound:
+        """One round of raw durable writes on a fresh store (``ThroughputResult.puts``)."""
+        workdir = Path(tempfile.mkdtemp(prefix=f"puts{threads}-", dir=self.ctx.workdir))
+        ctx = dataclasses.replace(self.ctx, concurrency=threads, workdir=workdir)
+        with ExitStack() as cleanup:
+            cleanup.callback(shutil.rmtree, workdir, ignore_errors=True)
+            peer = cleanup.enter_context(self.spec.open(ctx))
+            # put() needs the namespace in the config (a graph adds it itself).
+            configs: list[RunnableConfig] = [
+                {"configurable": {"thread_id": f"puts-{threads}-{i}", "checkpoint_ns": ""}}
+                for i in range(threads)
+            ]
+            counts = [0] * threads
+            if peer.loop is None:
+                elapsed = _puts_threads(peer.saver, scenario.seconds, configs, counts)
+            else:
+                elapsed = peer.loop.run_until_complete(
+                    _puts_tasks(peer.saver, scenario.seconds, configs, counts)
+                )
+        done = sum(counts)
+        return ThroughputRound(
+            threads=threads, turns=done, checkpoints=done, seconds=elapsed, invoke_s=[]
+        )
+
     def close(self) -> None:
         """Close the store (its files are removed by the coordinator)."""
         self._stack.close()
@@ -574,6 +612,52 @@ def _throughput_threads(
     barrier.wait()
     for t in workers:
         t.join()
+    return time.perf_counter() - start
+
+
+def _puts_threads(
+    saver: Any, seconds: float, configs: list[RunnableConfig], counts: list[int]
+) -> float:
+    barrier = threading.Barrier(len(configs) + 1)
+    deadline = [0.0]
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        config = configs[i]
+        barrier.wait()
+        try:
+            while time.perf_counter() < deadline[0]:
+                config = put_step(saver, config, counts[i])
+                counts[i] += 1
+        except BaseException as exc:  # re-raised below, in the worker's thread
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(configs))]
+    for t in workers:
+        t.start()
+    start = time.perf_counter()
+    deadline[0] = start + seconds
+    barrier.wait()
+    for t in workers:
+        t.join()
+    if errors:
+        raise errors[0]
+    return time.perf_counter() - start
+
+
+async def _puts_tasks(
+    saver: Any, seconds: float, configs: list[RunnableConfig], counts: list[int]
+) -> float:
+    start = time.perf_counter()
+    deadline = start + seconds
+
+    async def work(i: int) -> None:
+        config = configs[i]
+        while time.perf_counter() < deadline:
+            config = await aput_step(saver, config, counts[i])
+            counts[i] += 1
+
+    await asyncio.gather(*(work(i) for i in range(len(configs))))
     return time.perf_counter() - start
 
 
@@ -676,6 +760,11 @@ class WorkerHandle:
     def throughput(self, scenario: ThroughputScenario, threads: int) -> ThroughputRound:
         """See :meth:`SaverWorker.throughput`."""
         result: ThroughputRound = self._call("throughput", scenario, threads)
+        return result
+
+    def puts(self, scenario: ThroughputScenario, threads: int) -> ThroughputRound:
+        """See :meth:`SaverWorker.puts`."""
+        result: ThroughputRound = self._call("puts", scenario, threads)
         return result
 
     def close(self) -> None:
@@ -991,40 +1080,48 @@ def run_throughput(
         Points per saver; a saver that raises is recorded in ``errors``.
     """
     errors: dict[str, str] = {}
-    rounds: dict[tuple[str, int], list[ThroughputRound]] = {}
+    rounds: dict[tuple[str, str, int], list[ThroughputRound]] = {}
+    kinds = ("graph", "puts")
     with _handles(names, options, ctx, errors) as handles:
-        total = scenario.repeats * len(scenario.threads) * len(names)
+        total = scenario.repeats * len(scenario.threads) * len(names) * len(kinds)
         progress.start(f"{scenario.name}: rounds", total)
         step = 0
         for _ in range(scenario.repeats):
             for threads in scenario.threads:
-                for name in _rotate(names, step):
-                    if name in handles and name not in errors:
-                        try:
-                            rounds.setdefault((name, threads), []).append(
-                                handles[name].throughput(scenario, threads)
-                            )
-                        except WorkerError as exc:
-                            errors[name] = str(exc)
-                            progress.log(f"[red]{name} failed in {scenario.name}[/red]")
-                    progress.advance()
-                step += 1
-    points = {
-        n: [
-            ThroughputPoint.of_rounds(rounds[(n, t)])
-            for t in scenario.threads
-            if (n, t) in rounds and n not in errors
-        ]
-        for n in names
-    }
+                for kind in kinds:
+                    for name in _rotate(names, step):
+                        if name in handles and name not in errors:
+                            handle = handles[name]
+                            run = handle.throughput if kind == "graph" else handle.puts
+                            try:
+                                rounds.setdefault((kind, name, threads), []).append(
+                                    run(scenario, threads)
+                                )
+                            except WorkerError as exc:
+                                errors[name] = str(exc)
+                                progress.log(f"[red]{name} failed in {scenario.name}[/red]")
+                        progress.advance()
+                    step += 1
+
+    def points(kind: str) -> dict[str, list[ThroughputPoint]]:
+        return {
+            n: [
+                ThroughputPoint.of_rounds(rounds[(kind, n, t)])
+                for t in scenario.threads
+                if (kind, n, t) in rounds and n not in errors
+            ]
+            for n in names
+        }
+
     return ThroughputResult(
         scenario=scenario.name,
         field=scenario.field.label,
         seconds=scenario.seconds,
         repeats=scenario.repeats,
         threads=list(scenario.threads),
-        savers=points,
+        savers=points("graph"),
         errors=errors,
+        puts=points("puts"),
     )
 
 

@@ -114,14 +114,19 @@ def test_cli_inprocess_writes_json_markdown_and_plots(tmp_path: Path) -> None:
     tp = data["throughput"]
     assert tp["threads"] == [1, 2]
     for name in SAVERS.split(","):
-        assert [p["threads"] for p in tp["savers"][name]] == [1, 2]
-        assert all(p["checkpoints_per_s"] > 0 for p in tp["savers"][name])
-    assert len(data["targets"]) == 9
+        for kind in ("savers", "puts"):  # graph turns, raw durable puts
+            assert [p["threads"] for p in tp[kind][name]] == [1, 2]
+            assert all(p["checkpoints_per_s"] > 0 for p in tp[kind][name])
+    targets = {t["key"]: t for t in data["targets"]}
+    assert len(targets) == 10
+    puts16 = targets["puts16_vs_sqlite"]  # 16 threads were not run here
+    assert puts16["status"] == "n/a" and "16 threads" in puts16["note"]
+    assert set(data["ratios"]) >= {"throughput", "throughput-puts"}
     pngs = sorted(p.name for p in out.glob("*.png"))
     for scenario in ("chat-delta-sf100", "agent-delta-sf100"):
         for kind in ("bytes", "latency", "reads"):
             assert f"{scenario}-{kind}.png" in pngs
-    assert "throughput.png" in pngs
+    assert "throughput.png" in pngs and "throughput-puts.png" in pngs
     for png in out.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "chat-delta-sf100" in (out / "results.md").read_text()
