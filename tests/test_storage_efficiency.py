@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from deltalog.engine import DeltaLogSaver
+from deltalog.engine.cache import DecodedCache
 from deltalog.engine.codec import TAG_DELTA
 from deltalog.engine.store import DELTA_MIN
 from langchain_core.messages import AIMessage
@@ -108,15 +109,17 @@ def test_mutating_a_returned_state_does_not_change_the_next_read(
     """The decoded-value cache hands out copies: mutating one returned state cannot leak."""
     saver = make_saver()
     graph = run(saver, 12, 3)
+    graph.get_state(cfg("t"))  # the cache keeps a value from its second decode on
     first = graph.get_state(cfg("t")).values["messages"]
     expected = [(m.id, m.content) for m in first]
     first[0].content = "MUTATED"
     first.append(AIMessage(content="injected", id="x"))
     first[1].additional_kwargs["leak"] = True
+    hits = saver.cache.hits
     again = graph.get_state(cfg("t")).values["messages"]
     assert [(m.id, m.content) for m in again] == expected
     assert "leak" not in again[1].additional_kwargs
-    assert saver.cache.hits > 0, "the second read should have been served by the cache"
+    assert saver.cache.hits > hits, "the read after the mutation should be a cache hit"
     tup = saver.get_tuple(cfg("t"))
     assert tup is not None
     seeds = [v for v in tup.checkpoint["channel_values"].values() if hasattr(v, "value")]
@@ -125,6 +128,30 @@ def test_mutating_a_returned_state_does_not_change_the_next_read(
     tup2 = saver.get_tuple(cfg("t"))
     assert tup2 is not None
     assert all(v.value for v in tup2.checkpoint["channel_values"].values() if hasattr(v, "value"))
+
+
+def test_the_cache_keeps_a_value_from_its_second_decode() -> None:
+    """A record decoded once is not pickled (plain add_messages versions are read once);
+    its second decode caches it and the third read is a hit, a private copy."""
+    cache = DecodedCache(min_record=0)
+    decoded: list[bytes] = []
+
+    def decode(record: bytes) -> list[bytes]:
+        decoded.append(record)
+        return [record]
+
+    record = b"a stored record"
+    assert cache.load(record, decode) == [record] and cache.size == 0
+    assert cache.load(record, decode) == [record] and cache.size > 0
+    third = cache.load(record, decode)
+    assert third == [record] and len(decoded) == 2 and cache.hits == 1
+    third.append(b"mutated")
+    assert cache.load(record, decode) == [record]
+    other = DecodedCache(min_record=0, seen_max=1)  # forgets a record seen once
+    other.load(b"one", decode)
+    other.load(b"two", decode)
+    other.load(b"one", decode)
+    assert other.size == 0
 
 
 def test_cache_disabled_gives_same_results(make_saver: Callable[..., DeltaLogSaver]) -> None:
