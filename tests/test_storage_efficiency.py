@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 from deltalog.engine import DeltaLogSaver
 from deltalog.engine.cache import DecodedCache
-from deltalog.engine.codec import TAG_DELTA
+from deltalog.engine.codec import TAG_DELTA, RecordCodec
 from deltalog.engine.store import DELTA_MIN
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from .graphs import cfg, chat_graph, history, human, observe
 
@@ -49,6 +50,27 @@ def test_growing_values_are_stored_as_skip_deltas(make_saver: Callable[..., Delt
     assert len(deltas) >= len(large) - 2
     bound = len(large).bit_length() + 1
     assert max(chain_length(saver, key, raw) for key, raw in large) <= bound
+
+
+@pytest.mark.parametrize("messages", [300, 2500])
+def test_a_list_grown_by_one_message_costs_about_that_message(messages: int) -> None:
+    """A delta of a growing message list over its previous version (no writes in the
+    dictionary) costs about the new message, also over a base above a MiB, where zstd
+    level 3's match finder misses most of it (~7 KB here; see DELTA_LEVEL)."""
+    serde = JsonPlusSerializer()
+    msgs = [
+        (HumanMessage if i % 2 == 0 else AIMessage)(content=f"{i} " + "word " * 100, id=f"m{i}")
+        for i in range(messages + 1)
+    ]
+    base = serde.dumps_typed(msgs[:-1])[1]
+    typed = serde.dumps_typed(msgs)
+    assert len(base) < 256 * 1024 if messages == 300 else len(base) > 1024 * 1024
+    codec = RecordCodec()
+    record = codec.encode_delta(typed, base, b"base", 1)
+    assert record is not None and len(record) < 2048, len(record or b"")
+    head = codec.delta_header(record, "test")
+    assert head is not None
+    assert codec.decode_delta(head, base, "test") == [typed[0], typed[1]]
 
 
 def test_delta_blobs_shrink_storage_and_keep_states(
