@@ -453,6 +453,10 @@ def test_interrupted_waiter_does_not_stall_group_commit(
     assert store._next is None and not store._leading and not store._queue
 
 
+def _queue_reaches(store: Any, n: int) -> Callable[[], bool]:
+    return lambda: len(store._queue) >= n
+
+
 def _waits_for(condition: Callable[[], bool], timeout: float = 20) -> bool:
     deadline = time.monotonic() + timeout
     while not condition() and time.monotonic() < deadline:
@@ -575,14 +579,9 @@ def test_a_failing_op_fails_alone_and_leaves_nothing_in_its_batch(
         threading.Thread(target=failing),
         threading.Thread(target=lambda: puts.update(c=put_tagged(saver, "c", "c", 0, None))),
     ]
-
-    def queue_longer_than(n: int) -> Callable[[], bool]:
-        return lambda: len(store._queue) > n
-
-    for writer in writers:  # queued in this order, one at a time
-        queued = len(store._queue)
+    for k, writer in enumerate(writers, 1):  # queued in this order, one at a time
         writer.start()
-        assert _waits_for(queue_longer_than(queued))
+        assert _waits_for(_queue_reaches(store, k))
     gate.set()
     for writer in [first, *writers]:
         writer.join(20)
@@ -590,6 +589,62 @@ def test_a_failing_op_fails_alone_and_leaves_nothing_in_its_batch(
     assert [str(e) for e in errors] == ["bad op"]
     assert saver.get_tuple(puts["a"]) is not None and saver.get_tuple(puts["c"]) is not None
     assert [k for k, _ in store.iter_db("meta", b"half-written")] == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("slow_kind", ["maintenance", "after WAKE_AFTER"])
+def test_a_committed_caller_does_not_wait_for_the_next_batchs_long_op(
+    slow_kind: str, make_saver: Callable[..., DeltaLogSaver]
+) -> None:
+    """The next leader wakes the last batch's callers after its own ops, but earlier
+    before an op that may run long (not history-safe: maintenance) or once its ops ran
+    WAKE_AFTER: a caller whose write is durable returns while the next batch still runs."""
+    saver = make_saver()
+    store = saver.store
+    gates = {name: threading.Event() for name in ("first", "shared", "slow")}
+    entered = {name: threading.Event() for name in ("first", "shared", "slow")}
+
+    def blocking(name: str) -> Callable[[Any], None]:
+        def op(w: Any) -> None:
+            entered[name].set()
+            assert gates[name].wait(30)
+
+        return op
+
+    first = threading.Thread(target=store.write, args=(blocking("first"),))
+    first.start()
+    assert entered["first"].wait(20)
+    # The next batch: a put (its caller leads) and an op whose caller sleeps.
+    leader = threading.Thread(target=put_tagged, args=(saver, "lead", "l", 0, None))
+    leader.start()
+    assert _waits_for(lambda: len(store._queue) == 1)
+    sleeper = threading.Thread(target=store.write, args=(blocking("shared"),))
+    sleeper.start()
+    assert _waits_for(lambda: len(store._queue) == 2)
+    gates["first"].set()
+    assert entered["shared"].wait(20)
+    # Queued behind that batch, so its caller leads next and inherits the batch to wake.
+    maintenance = slow_kind == "maintenance"
+    slow_ops = [] if maintenance else [lambda w: time.sleep(0.05)]
+    slow_ops.append(blocking("slow"))
+    writers = [
+        threading.Thread(target=store.write, args=(op,), kwargs={"history_safe": not maintenance})
+        for op in slow_ops
+    ]
+    for k, writer in enumerate(writers, 1):
+        writer.start()
+        assert _waits_for(_queue_reaches(store, k))
+    try:
+        gates["shared"].set()
+        assert entered["slow"].wait(20)
+        sleeper.join(10)
+        assert not sleeper.is_alive(), "a durable write waited for the next batch's slow op"
+    finally:
+        for gate in gates.values():
+            gate.set()
+        for t in (first, leader, sleeper, *writers):
+            t.join(20)
+    assert not store._leading and not store._queue and not store._unwoken
 
 
 async def _aput_chain(saver: DeltaLogSaver, thread_id: str, n: int) -> list[tuple[str, int]]:
