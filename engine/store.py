@@ -1770,7 +1770,7 @@ class Store:
         self._leading = False
         self._next: _Request[Any] | None = None
         # The last committed batch, when a next leader was chosen: that leader
-        # wakes its callers once its own ops ran, just before it commits.
+        # wakes its callers once its own ops ran (or sooner, see _lead).
         self._unwoken: list[_Request[Any]] = []
         # Runs leader tasks for queues that hold no thread caller (Store.submit).
         self._lead_pool: ThreadPoolExecutor | None = None
@@ -2126,12 +2126,13 @@ class Store:
         When there is a next leader, it wakes this batch's callers, once its
         own ops ran and just before its commit (``_unwoken``), or earlier,
         before an op that may run long (one not ``history_safe``, or once its
-        ops ran ``WAKE_AFTER``); with no one queued they are woken at once. py-lmdb releases the GIL in every get,
-        put and seek, so callers woken straight after the commit, busy
-        preparing their next write, took the GIL from the next leader at each
-        of them: its ops ran at 39 µs each instead of 18 (16 writer threads,
-        9.0k vs 10.3k puts/s). Woken later, they prepare while it waits for
-        fsync, and a returned write is still durable.
+        ops ran ``WAKE_AFTER``); with no one queued they are woken at once.
+        py-lmdb releases the GIL in every get, put and seek, so callers woken
+        straight after the commit, busy preparing their next write, took the
+        GIL from the next leader at each of them: its ops ran at 39 µs each
+        instead of 18 (16 writer threads, 9.0k vs 10.3k puts/s). Woken later,
+        they prepare while it waits for fsync, and a returned write is still
+        durable.
         """
         batch: list[_Request[Any]] = []
         unwoken: list[_Request[Any]] = []
