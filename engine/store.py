@@ -220,7 +220,7 @@ class _RWLock:
 
 
 class _Request(Generic[T]):
-    __slots__ = ("done", "error", "history_safe", "notify", "op", "value", "wake")
+    __slots__ = ("chain", "done", "error", "gone", "history_safe", "notify", "op", "value", "wake")
 
     def __init__(
         self,
@@ -240,6 +240,10 @@ class _Request(Generic[T]):
         # leads: a leader task on the store's lead thread runs its batch.
         self.notify = notify
         self.wake: threading.Lock | None = None
+        # Done thread callers of the same batch to wake after this one, in
+        # turn (see Store._wake); ``gone``: the caller stopped waiting.
+        self.chain: list[_Request[Any]] = []
+        self.gone = False
         if notify is None:
             self.wake = threading.Lock()
             self.wake.acquire()
@@ -2060,8 +2064,10 @@ class Store:
                 if not lead:
                     assert req.wake is not None
                     req.wake.acquire()  # until done, or made the next leader
+                    if req.chain:
+                        self._wake_next(req)
                 if not req.done:
-                    self._lead()
+                    self._lead(req)
             except BaseException:  # e.g. KeyboardInterrupt while waiting
                 self._withdraw(req)
                 raise
@@ -2114,7 +2120,7 @@ class Store:
         except BaseException:  # every request of the batch was told in _lead's finally
             logger.exception("group commit leader task failed")
 
-    def _lead(self) -> None:
+    def _lead(self, own: _Request[Any] | None = None) -> None:
         """As the designated leader: commit the queue, wake callers, pass the lead on.
 
         Only callers of committed batches are woken (or notified), and one
@@ -2139,8 +2145,7 @@ class Store:
 
         def wake_last_batch() -> None:
             done, unwoken[:] = unwoken[:], []
-            for req in done:
-                self._finish(req)
+            self._wake(done)
 
         try:
             with self._queue_lock:
@@ -2156,14 +2161,56 @@ class Store:
                     req.done = True
             with self._queue_lock:
                 nxt, spawn = self._pass_lead()
+                # The leader's own caller is this thread: it needs no waking.
+                batch = [req for req in batch if req is not own]
                 if nxt is not None or spawn:
                     self._unwoken, batch = batch, []
             try:
                 wake_last_batch()
-                for req in batch:
-                    self._finish(req)
+                self._wake(batch)
             finally:  # whatever happens telling callers, the queue gets its next leader
                 self._hand_on(nxt, spawn)
+
+    def _wake(self, done: list[_Request[Any]]) -> None:
+        """Hand done requests back: async callers are told at once; thread callers
+        are woken one after another, each woken caller waking the next as soon
+        as it runs (:meth:`_wake_next`).
+
+        Woken all at once, they all became runnable together and queued for the
+        GIL: 16 writer threads ran 8.8–11.3k durable puts/s at 93–127 µs of CPU
+        each, against 9.3–11.5k at 85–119 µs woken in turn (alternating, ten
+        pairs of 3 runs of 1.5 s, the first seven on a prototype; woken in
+        turn was faster in nine).
+        """
+        threads: list[_Request[Any]] = []
+        for req in done:
+            if req.wake is None:
+                self._finish(req)
+            else:
+                threads.append(req)
+        if threads:
+            with self._queue_lock:
+                first = self._chain(threads)
+            if first is not None:
+                self._finish(first)
+
+    @staticmethod
+    def _chain(reqs: list[_Request[Any]]) -> _Request[Any] | None:
+        """Under ``_queue_lock``: the first request whose caller still waits, now
+        carrying the rest as its chain."""
+        for i, req in enumerate(reqs):
+            if not req.gone:
+                req.chain = reqs[i + 1 :]
+                return req
+        return None
+
+    def _wake_next(self, req: _Request[Any]) -> None:
+        """Wake the next caller of ``req``'s chain (``req``'s caller is running)."""
+        with self._queue_lock:
+            chain, req.chain = req.chain, []
+            nxt = self._chain(chain)
+        if nxt is not None:
+            self._finish(nxt)
 
     @staticmethod
     def _finish(req: _Request[Any]) -> None:
@@ -2197,15 +2244,16 @@ class Store:
         """Take back the request of a thread caller interrupted before it was done.
 
         A request still queued is dropped (its op never runs); one already in
-        a running batch runs anyway. If the caller had been made the leader
-        but not started, the lead passes on, so the queue never stalls; with
-        no one left to lead, the batch it was to wake is woken here.
+        a running batch runs anyway, and the callers to be woken after it are
+        woken without it. If the caller had been made the leader but not
+        started, the lead passes on, so the queue never stalls; with no one
+        left to lead, the batch it was to wake is woken here.
         """
+        nxt: _Request[Any] | None = None
+        spawn = False
+        after: _Request[Any] | None = None
+        unwoken: list[_Request[Any]] = []
         with self._queue_lock:
-            if req.done:
-                return
-            nxt, spawn = None, False
-            unwoken: list[_Request[Any]] = []
             if self._next is req:
                 self._queue.remove(req)
                 nxt, spawn = self._pass_lead()
@@ -2213,8 +2261,13 @@ class Store:
                     unwoken, self._unwoken = self._unwoken, []
             elif req in self._queue:
                 self._queue.remove(req)
-        for done in unwoken:
-            self._finish(done)
+            else:  # in a batch: skipped when its batch is woken, its chain handed on
+                req.gone = True
+                chain, req.chain = req.chain, []
+                after = self._chain(chain)
+        if after is not None:
+            self._finish(after)
+        self._wake(unwoken)
         self._hand_on(nxt, spawn)
 
     def _run_batch(

@@ -647,6 +647,87 @@ def test_a_committed_caller_does_not_wait_for_the_next_batchs_long_op(
     assert not store._leading and not store._queue and not store._unwoken
 
 
+@pytest.mark.timeout(120)
+def test_callers_woken_in_turn_skip_one_that_stopped_waiting(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """The callers of a batch are woken one after another, each waking the next. One
+    interrupted while its batch waited to be woken (its write is durable; it raises)
+    is skipped: the callers after it still wake, none waits for a later write."""
+    import signal
+
+    saver = make_saver()
+    store = saver.store
+    names = ("first", "shared", "slow")
+    gates = {name: threading.Event() for name in names}
+    entered = {name: threading.Event() for name in names}
+    withdrawn = threading.Event()
+
+    def blocking(name: str) -> Callable[[Any], None]:
+        def op(w: Any) -> None:
+            entered[name].set()
+            assert gates[name].wait(30)
+
+        return op
+
+    def mine(w: Any) -> None:
+        w.put_raw(store.db("meta"), b"interrupted caller's op", b"x")
+
+    done: dict[str, RunnableConfig] = {}
+    first = threading.Thread(target=store.write, args=(blocking("first"),))
+    leader = threading.Thread(target=lambda: done.update(l=put_tagged(saver, "l", "l", 0, None)))
+    before = threading.Thread(target=store.write, args=(blocking("shared"),))
+    after = threading.Thread(target=lambda: done.update(c=put_tagged(saver, "c", "c", 0, None)))
+    slow = threading.Thread(
+        target=store.write, args=(blocking("slow"),), kwargs={"history_safe": True}
+    )
+
+    def orchestrate() -> None:  # the main thread's write is queued third, as "mine"
+        try:
+            assert _waits_for(_queue_reaches(store, 3))
+            after.start()
+            assert _waits_for(_queue_reaches(store, 4))
+            gates["first"].set()  # the leader's batch: its put, before, mine, after
+            assert entered["shared"].wait(20)
+            slow.start()  # queued during that batch: leads next, wakes it after its op
+            assert _waits_for(_queue_reaches(store, 1))
+            gates["shared"].set()
+            assert entered["slow"].wait(20)
+            os.kill(os.getpid(), signal.SIGUSR1)  # mine is done, not yet woken
+            assert withdrawn.wait(20)
+        finally:
+            for gate in gates.values():
+                gate.set()
+
+    def handler(signum: int, frame: Any) -> None:
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    helper = threading.Thread(target=orchestrate)
+    try:
+        first.start()
+        assert entered["first"].wait(20)
+        leader.start()
+        assert _waits_for(_queue_reaches(store, 1))
+        before.start()
+        assert _waits_for(_queue_reaches(store, 2))
+        helper.start()
+        with pytest.raises(_Interrupted):
+            store.write(mine)
+        withdrawn.set()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        withdrawn.set()
+        helper.join(30)
+    for t in (first, leader, before, slow):
+        t.join(20)
+    after.join(10)
+    assert not after.is_alive(), "a caller chained after the interrupted one was never woken"
+    assert saver.get_tuple(done["c"]) is not None and saver.get_tuple(done["l"]) is not None
+    assert [k for k, _ in store.iter_db("meta", b"interrupted")] == [b"interrupted caller's op"]
+    assert not store._leading and not store._queue and not store._unwoken
+
+
 async def _aput_chain(saver: DeltaLogSaver, thread_id: str, n: int) -> list[tuple[str, int]]:
     """n async puts on a chain; (checkpoint id, seq) of each."""
     out: list[tuple[str, int]] = []
