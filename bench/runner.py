@@ -45,7 +45,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata as importlib_metadata
@@ -503,31 +503,50 @@ class SaverWorker:
 
     # -- throughput ----------------------------------------------------------
 
+    @contextmanager
+    def _round_peer(self, prefix: str, threads: int) -> Iterator[OpenPeer]:
+        """The saver on a fresh store for one round. The directory is removed after
+        it: 64-thread rounds of every saver would otherwise pile up on disk until
+        the run ends."""
+        workdir = Path(tempfile.mkdtemp(prefix=f"{prefix}{threads}-", dir=self.ctx.workdir))
+        ctx = dataclasses.replace(self.ctx, concurrency=threads, workdir=workdir)
+        try:
+            with self.spec.open(ctx) as peer:
+                yield peer
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
     def throughput(self, scenario: ThroughputScenario, threads: int) -> ThroughputRound:
         """Run one throughput round on a fresh store; see :class:`ThroughputScenario`."""
         chat = scenario.chat()
-        # A fresh directory per round, removed after it: 64-thread rounds of
-        # every saver would otherwise pile up on disk until the run ends.
-        workdir = Path(tempfile.mkdtemp(prefix=f"tp{threads}-", dir=self.ctx.workdir))
-        ctx = dataclasses.replace(self.ctx, concurrency=threads, workdir=workdir)
-        with ExitStack() as cleanup:
-            cleanup.callback(shutil.rmtree, workdir, ignore_errors=True)
-            peer = cleanup.enter_context(self.spec.open(ctx))
+        with self._round_peer("tp", threads) as peer:
             graph = build_graph(chat, peer.saver)
             configs = [thread_config(f"tp-{threads}-{i}") for i in range(threads)]
             turns = [0] * threads
             latencies: list[list[float]] = [[] for _ in range(threads)]
-            errors: list[BaseException] = []
+
             if peer.loop is None:
-                elapsed = _throughput_threads(
-                    graph, chat, scenario.seconds, configs, turns, latencies, errors
-                )
+
+                def work(i: int, deadline: float) -> None:
+                    while turns[i] < chat.turns and time.perf_counter() < deadline:
+                        payload = {MESSAGES: [human_message(chat, turns[i])]}
+                        start = time.perf_counter()
+                        graph.invoke(payload, configs[i])
+                        latencies[i].append(time.perf_counter() - start)
+                        turns[i] += 1
+
+                elapsed = _in_threads(threads, scenario.seconds, work)
             else:
-                elapsed = peer.loop.run_until_complete(
-                    _throughput_tasks(graph, chat, scenario.seconds, configs, turns, latencies)
-                )
-            if errors:
-                raise errors[0]
+
+                async def awork(i: int, deadline: float) -> None:
+                    while turns[i] < chat.turns and time.perf_counter() < deadline:
+                        payload = {MESSAGES: [human_message(chat, turns[i])]}
+                        start = time.perf_counter()
+                        await graph.ainvoke(payload, configs[i])
+                        latencies[i].append(time.perf_counter() - start)
+                        turns[i] += 1
+
+                elapsed = peer.loop.run_until_complete(_in_tasks(threads, scenario.seconds, awork))
             # Count what was stored rather than assume 3 checkpoints per turn.
             stored = _count_checkpoints(peer, configs[0])
             per_turn = stored / turns[0] if turns[0] else 0.0
@@ -542,11 +561,7 @@ class SaverWorker:
 
     def puts(self, scenario: ThroughputScenario, threads: int) -> ThroughputRound:
         """One round of raw durable writes on a fresh store (``ThroughputResult.puts``)."""
-        workdir = Path(tempfile.mkdtemp(prefix=f"puts{threads}-", dir=self.ctx.workdir))
-        ctx = dataclasses.replace(self.ctx, concurrency=threads, workdir=workdir)
-        with ExitStack() as cleanup:
-            cleanup.callback(shutil.rmtree, workdir, ignore_errors=True)
-            peer = cleanup.enter_context(self.spec.open(ctx))
+        with self._round_peer("puts", threads) as peer:
             # put() needs the namespace in the config (a graph adds it itself).
             configs: list[RunnableConfig] = [
                 {"configurable": {"thread_id": f"puts-{threads}-{i}", "checkpoint_ns": ""}}
@@ -554,11 +569,21 @@ class SaverWorker:
             ]
             counts = [0] * threads
             if peer.loop is None:
-                elapsed = _puts_threads(peer.saver, scenario.seconds, configs, counts)
+
+                def work(i: int, deadline: float) -> None:
+                    while time.perf_counter() < deadline:
+                        configs[i] = put_step(peer.saver, configs[i], counts[i])
+                        counts[i] += 1
+
+                elapsed = _in_threads(threads, scenario.seconds, work)
             else:
-                elapsed = peer.loop.run_until_complete(
-                    _puts_tasks(peer.saver, scenario.seconds, configs, counts)
-                )
+
+                async def awork(i: int, deadline: float) -> None:
+                    while time.perf_counter() < deadline:
+                        configs[i] = await aput_step(peer.saver, configs[i], counts[i])
+                        counts[i] += 1
+
+                elapsed = peer.loop.run_until_complete(_in_tasks(threads, scenario.seconds, awork))
         done = sum(counts)
         return ThroughputRound(
             threads=threads, turns=done, checkpoints=done, seconds=elapsed, invoke_s=[]
@@ -580,59 +605,22 @@ def _count_checkpoints(peer: OpenPeer, config: RunnableConfig) -> int:
     return peer.loop.run_until_complete(count())
 
 
-def _throughput_threads(
-    graph: Any,
-    chat: ChatScenario,
-    seconds: float,
-    configs: list[RunnableConfig],
-    turns: list[int],
-    latencies: list[list[float]],
-    errors: list[BaseException],
-) -> float:
-    barrier = threading.Barrier(len(configs) + 1)
-    deadline = [0.0]
-
-    def work(i: int) -> None:
-        barrier.wait()
-        try:
-            while turns[i] < chat.turns and time.perf_counter() < deadline[0]:
-                payload = {MESSAGES: [human_message(chat, turns[i])]}
-                start = time.perf_counter()
-                graph.invoke(payload, configs[i])
-                latencies[i].append(time.perf_counter() - start)
-                turns[i] += 1
-        except BaseException as exc:  # reported to the coordinator, not swallowed
-            errors.append(exc)
-
-    workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(configs))]
-    for t in workers:
-        t.start()
-    start = time.perf_counter()
-    deadline[0] = start + seconds
-    barrier.wait()
-    for t in workers:
-        t.join()
-    return time.perf_counter() - start
-
-
-def _puts_threads(
-    saver: Any, seconds: float, configs: list[RunnableConfig], counts: list[int]
-) -> float:
-    barrier = threading.Barrier(len(configs) + 1)
+def _in_threads(n: int, seconds: float, work: Callable[[int, float], None]) -> float:
+    """Run ``work(i, deadline)`` on ``n`` threads released together, ``deadline``
+    being ``seconds`` after the release; return the wall time until the last one
+    ends. The first exception a worker raised is raised here."""
+    barrier = threading.Barrier(n + 1)
     deadline = [0.0]
     errors: list[BaseException] = []
 
-    def work(i: int) -> None:
-        config = configs[i]
+    def run(i: int) -> None:
         barrier.wait()
         try:
-            while time.perf_counter() < deadline[0]:
-                config = put_step(saver, config, counts[i])
-                counts[i] += 1
-        except BaseException as exc:  # re-raised below, in the worker's thread
+            work(i, deadline[0])
+        except BaseException as exc:  # raised below, in the caller's thread
             errors.append(exc)
 
-    workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(configs))]
+    workers = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
     for t in workers:
         t.start()
     start = time.perf_counter()
@@ -640,47 +628,16 @@ def _puts_threads(
     barrier.wait()
     for t in workers:
         t.join()
+    elapsed = time.perf_counter() - start
     if errors:
         raise errors[0]
-    return time.perf_counter() - start
+    return elapsed
 
 
-async def _puts_tasks(
-    saver: Any, seconds: float, configs: list[RunnableConfig], counts: list[int]
-) -> float:
+async def _in_tasks(n: int, seconds: float, work: Callable[[int, float], Awaitable[None]]) -> float:
+    """:func:`_in_threads` for coroutines on the running event loop."""
     start = time.perf_counter()
-    deadline = start + seconds
-
-    async def work(i: int) -> None:
-        config = configs[i]
-        while time.perf_counter() < deadline:
-            config = await aput_step(saver, config, counts[i])
-            counts[i] += 1
-
-    await asyncio.gather(*(work(i) for i in range(len(configs))))
-    return time.perf_counter() - start
-
-
-async def _throughput_tasks(
-    graph: Any,
-    chat: ChatScenario,
-    seconds: float,
-    configs: list[RunnableConfig],
-    turns: list[int],
-    latencies: list[list[float]],
-) -> float:
-    start = time.perf_counter()
-    deadline = start + seconds
-
-    async def work(i: int) -> None:
-        while turns[i] < chat.turns and time.perf_counter() < deadline:
-            payload = {MESSAGES: [human_message(chat, turns[i])]}
-            t0 = time.perf_counter()
-            await graph.ainvoke(payload, configs[i])
-            latencies[i].append(time.perf_counter() - t0)
-            turns[i] += 1
-
-    await asyncio.gather(*(work(i) for i in range(len(configs))))
+    await asyncio.gather(*(work(i, start + seconds) for i in range(n)))
     return time.perf_counter() - start
 
 
