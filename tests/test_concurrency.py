@@ -15,6 +15,7 @@ import asyncio
 import multiprocessing
 import os
 import random
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -387,6 +388,65 @@ class _Interrupted(Exception):
     """Raised by the test's signal handler in a caller waiting for its commit."""
 
 
+def _queue_reaches(store: Any, n: int) -> Callable[[], bool]:
+    return lambda: len(store._queue) >= n
+
+
+def _waits_for(condition: Callable[[], bool], timeout: float = 20) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return condition()
+
+
+class _Gates:
+    """Named gates for ops that hold a batch: :meth:`op` marks its name entered, then
+    blocks until the gate is opened."""
+
+    def __init__(self, *names: str) -> None:
+        self.gates = {name: threading.Event() for name in names}
+        self.entered = {name: threading.Event() for name in names}
+
+    def op(self, name: str) -> Callable[[Any], None]:
+        def blocking(w: Any) -> None:
+            self.entered[name].set()
+            assert self.gates[name].wait(30)
+
+        return blocking
+
+    def open_all(self) -> None:
+        for gate in self.gates.values():
+            gate.set()
+
+
+def _write_interrupted(
+    store: Any,
+    op: Callable[[Any], None],
+    signal_when_ready: Callable[[], None],
+    on_signal: Callable[[], None],
+    release: Callable[[], None],
+) -> None:
+    """``store.write(op)`` on the main thread, interrupted while it waits by SIGUSR1 (as by
+    KeyboardInterrupt): a helper thread runs ``signal_when_ready``, which sends it; the
+    handler runs ``on_signal`` and raises. ``release`` runs afterwards in any case."""
+
+    def handler(signum: int, frame: Any) -> None:
+        on_signal()
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    helper = threading.Thread(target=signal_when_ready)
+    try:
+        helper.start()
+        with pytest.raises(_Interrupted):
+            store.write(op)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        release()
+        helper.join(30)
+    assert not helper.is_alive(), "the signalling thread stalled"
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("made_leader", [False, True])
 def test_interrupted_waiter_does_not_stall_group_commit(
@@ -395,8 +455,6 @@ def test_interrupted_waiter_does_not_stall_group_commit(
     """A caller interrupted while it waits for its commit (KeyboardInterrupt, here another
     signal) withdraws its write: queued, it never runs; made the next leader, it passes the
     lead on. Either way the writers queued behind it finish."""
-    import signal
-
     saver = make_saver()
     store = saver.store
     gate, entered = threading.Event(), threading.Event()
@@ -415,53 +473,30 @@ def test_interrupted_waiter_does_not_stall_group_commit(
     behind: list[RunnableConfig] = []
 
     def follow() -> None:  # queue a put behind the main thread's request, then signal it
-        deadline = time.monotonic() + 20
-        while len(store._queue) < 1 and time.monotonic() < deadline:
-            time.sleep(0.005)
+        _waits_for(_queue_reaches(store, 1))
         putter = threading.Thread(
             target=lambda: behind.append(put_tagged(saver, "behind", "b", 0, None))
         )
         putter.start()
-        while len(store._queue) < 2 and time.monotonic() < deadline:
-            time.sleep(0.005)
+        _waits_for(_queue_reaches(store, 2))
         os.kill(os.getpid(), signal.SIGUSR1)
         putter.join(20)
 
-    def handler(signum: int, frame: Any) -> None:
+    def on_signal() -> None:
         if made_leader:  # let the leader finish and hand the lead to this waiter first
             gate.set()
-            deadline = time.monotonic() + 20
-            while store._next is None and time.monotonic() < deadline:
-                time.sleep(0.005)
+            _waits_for(lambda: store._next is not None)
             assert store._next is not None and store._next.op is mine
-        raise _Interrupted
 
-    previous = signal.signal(signal.SIGUSR1, handler)
-    helper = threading.Thread(target=follow)
     try:
-        helper.start()
-        with pytest.raises(_Interrupted):
-            store.write(mine)
+        _write_interrupted(store, mine, follow, on_signal, release=gate.set)
     finally:
-        signal.signal(signal.SIGUSR1, previous)
         gate.set()
-        helper.join(30)
         leader.join(30)
-    assert not helper.is_alive() and not leader.is_alive(), "a writer queued behind stalled"
+    assert not leader.is_alive(), "a writer queued behind stalled"
     assert len(behind) == 1 and saver.get_tuple(behind[0]) is not None
     assert ran == []
     assert store._next is None and not store._leading and not store._queue
-
-
-def _queue_reaches(store: Any, n: int) -> Callable[[], bool]:
-    return lambda: len(store._queue) >= n
-
-
-def _waits_for(condition: Callable[[], bool], timeout: float = 20) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.005)
-    return condition()
 
 
 @pytest.mark.timeout(120)
@@ -471,27 +506,17 @@ def test_a_withdrawn_next_leader_wakes_the_batch_left_to_it(
     """A leader with a successor leaves its batch's callers to it: it wakes them once its
     own ops ran (Store._lead). A successor interrupted before it starts, with no one queued
     behind it, wakes them itself; a caller of that batch never waits for a later write."""
-    import signal
-
     saver = make_saver()
     store = saver.store
-    gates = {name: threading.Event() for name in ("first", "shared")}
-    entered = {name: threading.Event() for name in ("first", "shared")}
+    gates = _Gates("first", "shared")
     ran: list[str] = []
-
-    def blocking(name: str) -> Callable[[Any], None]:
-        def op(w: Any) -> None:  # holds its batch until its gate opens
-            entered[name].set()
-            assert gates[name].wait(20)
-
-        return op
 
     def mine(w: Any) -> None:
         ran.append("interrupted caller's op")
 
-    first = threading.Thread(target=store.write, args=(blocking("first"),))
+    first = threading.Thread(target=store.write, args=(gates.op("first"),))
     first.start()
-    assert entered["first"].wait(20)
+    assert gates.entered["first"].wait(20)
     # Queued behind it: a put, whose caller leads the next batch, and a blocking op that
     # shares that batch and whose caller sleeps until the batch's callers are woken.
     leader_put: list[RunnableConfig] = []
@@ -500,32 +525,21 @@ def test_a_withdrawn_next_leader_wakes_the_batch_left_to_it(
     )
     leader.start()
     assert _waits_for(lambda: len(store._queue) == 1)
-    sleeper = threading.Thread(target=store.write, args=(blocking("shared"),))
+    sleeper = threading.Thread(target=store.write, args=(gates.op("shared"),))
     sleeper.start()
     assert _waits_for(lambda: len(store._queue) == 2)
-    gates["first"].set()
-    assert entered["shared"].wait(20)
+    gates.gates["first"].set()
+    assert gates.entered["shared"].wait(20)
 
     def signal_when_queued() -> None:  # the main thread's write, queued for the next batch
         if _waits_for(lambda: len(store._queue) == 1):
             os.kill(os.getpid(), signal.SIGUSR1)
 
-    def handler(signum: int, frame: Any) -> None:
-        gates["shared"].set()  # the batch commits and makes this waiter the next leader
+    def on_signal() -> None:
+        gates.gates["shared"].set()  # the batch commits and makes this waiter the next leader
         assert _waits_for(lambda: store._next is not None and store._next.op is mine)
-        raise _Interrupted
 
-    previous = signal.signal(signal.SIGUSR1, handler)
-    helper = threading.Thread(target=signal_when_queued)
-    try:
-        helper.start()
-        with pytest.raises(_Interrupted):
-            store.write(mine)
-    finally:
-        signal.signal(signal.SIGUSR1, previous)
-        for gate in gates.values():
-            gate.set()
-        helper.join(30)
+    _write_interrupted(store, mine, signal_when_queued, on_signal, release=gates.open_all)
     sleeper.join(20)
     assert not sleeper.is_alive(), "a caller of the last batch was never woken"
     leader.join(20)
@@ -601,32 +615,23 @@ def test_a_committed_caller_does_not_wait_for_the_next_batchs_long_op(
     WAKE_AFTER: a caller whose write is durable returns while the next batch still runs."""
     saver = make_saver()
     store = saver.store
-    gates = {name: threading.Event() for name in ("first", "shared", "slow")}
-    entered = {name: threading.Event() for name in ("first", "shared", "slow")}
-
-    def blocking(name: str) -> Callable[[Any], None]:
-        def op(w: Any) -> None:
-            entered[name].set()
-            assert gates[name].wait(30)
-
-        return op
-
-    first = threading.Thread(target=store.write, args=(blocking("first"),))
+    gates = _Gates("first", "shared", "slow")
+    first = threading.Thread(target=store.write, args=(gates.op("first"),))
     first.start()
-    assert entered["first"].wait(20)
+    assert gates.entered["first"].wait(20)
     # The next batch: a put (its caller leads) and an op whose caller sleeps.
     leader = threading.Thread(target=put_tagged, args=(saver, "lead", "l", 0, None))
     leader.start()
     assert _waits_for(lambda: len(store._queue) == 1)
-    sleeper = threading.Thread(target=store.write, args=(blocking("shared"),))
+    sleeper = threading.Thread(target=store.write, args=(gates.op("shared"),))
     sleeper.start()
     assert _waits_for(lambda: len(store._queue) == 2)
-    gates["first"].set()
-    assert entered["shared"].wait(20)
+    gates.gates["first"].set()
+    assert gates.entered["shared"].wait(20)
     # Queued behind that batch, so its caller leads next and inherits the batch to wake.
     maintenance = slow_kind == "maintenance"
     slow_ops = [] if maintenance else [lambda w: time.sleep(0.05)]
-    slow_ops.append(blocking("slow"))
+    slow_ops.append(gates.op("slow"))
     writers = [
         threading.Thread(target=store.write, args=(op,), kwargs={"history_safe": not maintenance})
         for op in slow_ops
@@ -635,13 +640,12 @@ def test_a_committed_caller_does_not_wait_for_the_next_batchs_long_op(
         writer.start()
         assert _waits_for(_queue_reaches(store, k))
     try:
-        gates["shared"].set()
-        assert entered["slow"].wait(20)
+        gates.gates["shared"].set()
+        assert gates.entered["slow"].wait(20)
         sleeper.join(10)
         assert not sleeper.is_alive(), "a durable write waited for the next batch's slow op"
     finally:
-        for gate in gates.values():
-            gate.set()
+        gates.open_all()
         for t in (first, leader, sleeper, *writers):
             t.join(20)
     assert not store._leading and not store._queue and not store._unwoken
@@ -654,32 +658,21 @@ def test_callers_woken_in_turn_skip_one_that_stopped_waiting(
     """The callers of a batch are woken one after another, each waking the next. One
     interrupted while its batch waited to be woken (its write is durable; it raises)
     is skipped: the callers after it still wake, none waits for a later write."""
-    import signal
-
     saver = make_saver()
     store = saver.store
-    names = ("first", "shared", "slow")
-    gates = {name: threading.Event() for name in names}
-    entered = {name: threading.Event() for name in names}
+    gates = _Gates("first", "shared", "slow")
     withdrawn = threading.Event()
-
-    def blocking(name: str) -> Callable[[Any], None]:
-        def op(w: Any) -> None:
-            entered[name].set()
-            assert gates[name].wait(30)
-
-        return op
 
     def mine(w: Any) -> None:
         w.put_raw(store.db("meta"), b"interrupted caller's op", b"x")
 
     done: dict[str, RunnableConfig] = {}
-    first = threading.Thread(target=store.write, args=(blocking("first"),))
+    first = threading.Thread(target=store.write, args=(gates.op("first"),))
     leader = threading.Thread(target=lambda: done.update(l=put_tagged(saver, "l", "l", 0, None)))
-    before = threading.Thread(target=store.write, args=(blocking("shared"),))
+    before = threading.Thread(target=store.write, args=(gates.op("shared"),))
     after = threading.Thread(target=lambda: done.update(c=put_tagged(saver, "c", "c", 0, None)))
     slow = threading.Thread(
-        target=store.write, args=(blocking("slow"),), kwargs={"history_safe": True}
+        target=store.write, args=(gates.op("slow"),), kwargs={"history_safe": True}
     )
 
     def orchestrate() -> None:  # the main thread's write is queued third, as "mine"
@@ -687,38 +680,24 @@ def test_callers_woken_in_turn_skip_one_that_stopped_waiting(
             assert _waits_for(_queue_reaches(store, 3))
             after.start()
             assert _waits_for(_queue_reaches(store, 4))
-            gates["first"].set()  # the leader's batch: its put, before, mine, after
-            assert entered["shared"].wait(20)
+            gates.gates["first"].set()  # the leader's batch: its put, before, mine, after
+            assert gates.entered["shared"].wait(20)
             slow.start()  # queued during that batch: leads next, wakes it after its op
             assert _waits_for(_queue_reaches(store, 1))
-            gates["shared"].set()
-            assert entered["slow"].wait(20)
+            gates.gates["shared"].set()
+            assert gates.entered["slow"].wait(20)
             os.kill(os.getpid(), signal.SIGUSR1)  # mine is done, not yet woken
             assert withdrawn.wait(20)
         finally:
-            for gate in gates.values():
-                gate.set()
+            gates.open_all()
 
-    def handler(signum: int, frame: Any) -> None:
-        raise _Interrupted
-
-    previous = signal.signal(signal.SIGUSR1, handler)
-    helper = threading.Thread(target=orchestrate)
-    try:
-        first.start()
-        assert entered["first"].wait(20)
-        leader.start()
-        assert _waits_for(_queue_reaches(store, 1))
-        before.start()
-        assert _waits_for(_queue_reaches(store, 2))
-        helper.start()
-        with pytest.raises(_Interrupted):
-            store.write(mine)
-        withdrawn.set()
-    finally:
-        signal.signal(signal.SIGUSR1, previous)
-        withdrawn.set()
-        helper.join(30)
+    first.start()
+    assert gates.entered["first"].wait(20)
+    leader.start()
+    assert _waits_for(_queue_reaches(store, 1))
+    before.start()
+    assert _waits_for(_queue_reaches(store, 2))
+    _write_interrupted(store, mine, orchestrate, on_signal=lambda: None, release=withdrawn.set)
     for t in (first, leader, before, slow):
         t.join(20)
     after.join(10)
