@@ -28,6 +28,7 @@ from deltalog.bench.runner import (
     ChatResult,
     LatencyStats,
     SaverChatResult,
+    ThroughputPoint,
     ThroughputResult,
 )
 from rich.console import Console
@@ -299,14 +300,18 @@ class TargetVerdict:
     note: str
 
 
+def _points(result: ThroughputResult, kind: str) -> dict[str, list[ThroughputPoint]]:
+    """Points per saver of one kind: graph turns (``"throughput"``) or raw puts (``"puts"``)."""
+    return result.puts if kind == "puts" else result.savers
+
+
 def _throughput_at(
     result: ThroughputResult | None, saver: str, threads: int, kind: str = "throughput"
 ) -> float | None:
-    """Median rate of ``saver`` at ``threads``: graph checkpoints/s (``kind``
-    ``"throughput"``) or raw puts/s (``"puts"``)."""
+    """Median rate of ``saver`` at ``threads``: graph checkpoints/s or raw puts/s."""
     if result is None:
         return None
-    for point in (result.puts if kind == "puts" else result.savers).get(saver, []):
+    for point in _points(result, kind).get(saver, []):
         if point.threads == threads:
             return point.checkpoints_per_s
     return None
@@ -423,10 +428,8 @@ def ratio_table(result: BenchResult, subject: str = "deltalog") -> dict[str, Any
         table[chat.scenario] = per_metric
     tp = result.throughput
     if tp is not None:
-        for kind, by_saver, name in (
-            ("throughput", tp.savers, tp.scenario),
-            ("puts", tp.puts, f"{tp.scenario}-puts"),
-        ):
+        for kind, name in (("throughput", tp.scenario), ("puts", f"{tp.scenario}-puts")):
+            by_saver = _points(tp, kind)
             if by_saver.get(subject):
                 table[name] = {
                     f"{threads} threads": {
@@ -563,7 +566,7 @@ def build_tables(result: BenchResult, subject: str = "deltalog") -> list[TableDa
             ("throughput", f"graph turns, messages as {tp.field}", "checkpoints/s"),
             ("puts", "raw writes (put of a ~200-byte value, no graph)", "puts/s"),
         ):
-            names = list(tp.savers if kind == "throughput" else tp.puts)
+            names = list(_points(tp, kind))
             if not names:
                 continue
             rows = []
@@ -817,10 +820,11 @@ def write_plots(result: BenchResult, out_dir: Path, subject: str = "deltalog") -
 
     tp = result.throughput
     if tp is not None:
-        for by_saver, what, unit, suffix in (
-            (tp.savers, f"graph turns ({tp.field})", "checkpoints/s", ""),
-            (tp.puts, "raw durable puts", "puts/s", "-puts"),
+        for kind, what, unit, suffix in (
+            ("throughput", f"graph turns ({tp.field})", "checkpoints/s", ""),
+            ("puts", "raw durable puts", "puts/s", "-puts"),
         ):
+            by_saver = _points(tp, kind)
             if not any(by_saver.values()):
                 continue
             fig, ax = plt.subplots(figsize=(8, 4.5))
