@@ -2188,9 +2188,13 @@ class Store:
                 self._finish(req)
             else:
                 threads.append(req)
-        if threads:
+        self._start_chain(threads)
+
+    def _start_chain(self, reqs: list[_Request[Any]]) -> None:
+        """Wake the first caller of ``reqs`` that still waits, carrying the rest."""
+        if reqs:
             with self._queue_lock:
-                first = self._chain(threads)
+                first = self._chain(reqs)
             if first is not None:
                 self._finish(first)
 
@@ -2205,12 +2209,10 @@ class Store:
         return None
 
     def _wake_next(self, req: _Request[Any]) -> None:
-        """Wake the next caller of ``req``'s chain (``req``'s caller is running)."""
-        with self._queue_lock:
-            chain, req.chain = req.chain, []
-            nxt = self._chain(chain)
-        if nxt is not None:
-            self._finish(nxt)
+        """Wake the next caller of ``req``'s chain (``req``'s caller is running, so
+        only its own thread touches ``req.chain`` now)."""
+        chain, req.chain = req.chain, []
+        self._start_chain(chain)
 
     @staticmethod
     def _finish(req: _Request[Any]) -> None:
