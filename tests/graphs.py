@@ -8,9 +8,11 @@ transcripts of two savers are equal exactly when they behave the same.
 
 import operator
 import random
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
+import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
@@ -413,3 +415,22 @@ PROGRAMS: dict[str, tuple[SyncProgram, AsyncProgram]] = {
     "fanout": (program_fanout, aprogram_fanout),
     "subgraph": (program_subgraph, aprogram_subgraph),
 }
+
+#: For async graphs that call ``interrupt()``. LangGraph reads the run's config
+#: from a context variable that it can only hand to async tasks on Python 3.11+
+#: (``langgraph.config.get_config``); on 3.10 such a graph raises "Called
+#: get_config outside of a runnable context" with InMemorySaver and SqliteSaver
+#: as well, so there is nothing of the saver's to compare.
+ASYNC_INTERRUPT = pytest.mark.skipif(
+    sys.version_info < (3, 11),
+    reason="LangGraph supports interrupt() in async graphs on Python 3.11+ only",
+)
+
+#: The programs whose graphs interrupt.
+INTERRUPTING = frozenset({"interrupt", "subgraph"})
+
+#: ``PROGRAMS`` names as parameters of the async tests.
+ASYNC_PROGRAMS = [
+    pytest.param(name, marks=[ASYNC_INTERRUPT] if name in INTERRUPTING else [])
+    for name in sorted(PROGRAMS)
+]

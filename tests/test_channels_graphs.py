@@ -40,6 +40,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Durability, Overwrite, interrupt
 from typing_extensions import TypedDict
 
+from tests.graphs import ASYNC_INTERRUPT
+
 Transcript = list[Any]
 TURNS = 5
 FORK_STEP = 9  # fork from the first checkpoint at or after this step: mid-loop
@@ -301,6 +303,7 @@ def test_same_states_with_exit_durability(kind: str, every: int, tmp_path: Path)
     assert got == reference(every, "exit")
 
 
+@ASYNC_INTERRUPT
 @pytest.mark.parametrize("kind", SAVERS)
 async def test_async_api_gives_the_same_states(kind: str, tmp_path: Path) -> None:
     """The async twin of the program observes exactly what the sync one does."""

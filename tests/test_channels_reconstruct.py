@@ -30,6 +30,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Durability, interrupt
 from typing_extensions import TypedDict
 
+from tests.graphs import ASYNC_INTERRUPT
 from tests.test_channels_graphs import (
     SAVERS,
     aopen_saver,
@@ -77,6 +78,7 @@ def test_reconstruct_equals_get_state_at_every_checkpoint(
             assert from_map.reconstruct(config) == expected
 
 
+@ASYNC_INTERRUPT
 @pytest.mark.parametrize("kind", SAVERS)
 async def test_areconstruct_equals_aget_state(kind: str, tmp_path: Path) -> None:
     """The async twin reads through aget_tuple/aget_delta_channel_history with the same result."""
