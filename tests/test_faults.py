@@ -375,6 +375,8 @@ def test_fork_after_open_child_reopens_parent_undisturbed(
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 @pytest.mark.timeout(120)
+# Forking a multi-threaded process is the point here; Python 3.12+ warns about it.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_fork_while_other_threads_read_and_write(make_saver: Callable[..., DeltaLogSaver]) -> None:
     """fork() while other threads are mid-read and mid-write: it waits for their transactions, every child works on its own environment, the parent's threads never fail."""
     saver = make_saver()
