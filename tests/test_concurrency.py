@@ -419,6 +419,36 @@ class _Gates:
             gate.set()
 
 
+@dataclass
+class _LastBatch:
+    """Threads of :func:`_last_batch_waiting`; ``put`` gets the leading put's config."""
+
+    first: threading.Thread
+    leader: threading.Thread
+    sleeper: threading.Thread
+    put: list[RunnableConfig]
+
+
+def _last_batch_waiting(saver: DeltaLogSaver, gates: _Gates) -> _LastBatch:
+    """A write held in gate "first", and queued behind it a batch of a put (whose caller
+    leads it) and an op held in gate "shared" (whose caller sleeps until the batch's
+    callers are woken); "first" is then opened. Returns once the batch runs "shared"."""
+    store = saver.store
+    put: list[RunnableConfig] = []
+    first = threading.Thread(target=store.write, args=(gates.op("first"),))
+    first.start()
+    assert gates.entered["first"].wait(20)
+    leader = threading.Thread(target=lambda: put.append(put_tagged(saver, "lead", "l", 0, None)))
+    leader.start()
+    assert _waits_for(lambda: len(store._queue) == 1)
+    sleeper = threading.Thread(target=store.write, args=(gates.op("shared"),))
+    sleeper.start()
+    assert _waits_for(lambda: len(store._queue) == 2)
+    gates.gates["first"].set()
+    assert gates.entered["shared"].wait(20)
+    return _LastBatch(first, leader, sleeper, put)
+
+
 def _write_interrupted(
     store: Any,
     op: Callable[[Any], None],
@@ -514,22 +544,7 @@ def test_a_withdrawn_next_leader_wakes_the_batch_left_to_it(
     def mine(w: Any) -> None:
         ran.append("interrupted caller's op")
 
-    first = threading.Thread(target=store.write, args=(gates.op("first"),))
-    first.start()
-    assert gates.entered["first"].wait(20)
-    # Queued behind it: a put, whose caller leads the next batch, and a blocking op that
-    # shares that batch and whose caller sleeps until the batch's callers are woken.
-    leader_put: list[RunnableConfig] = []
-    leader = threading.Thread(
-        target=lambda: leader_put.append(put_tagged(saver, "lead", "l", 0, None))
-    )
-    leader.start()
-    assert _waits_for(lambda: len(store._queue) == 1)
-    sleeper = threading.Thread(target=store.write, args=(gates.op("shared"),))
-    sleeper.start()
-    assert _waits_for(lambda: len(store._queue) == 2)
-    gates.gates["first"].set()
-    assert gates.entered["shared"].wait(20)
+    last = _last_batch_waiting(saver, gates)
 
     def signal_when_queued() -> None:  # the main thread's write, queued for the next batch
         if _waits_for(lambda: len(store._queue) == 1):
@@ -540,11 +555,11 @@ def test_a_withdrawn_next_leader_wakes_the_batch_left_to_it(
         assert _waits_for(lambda: store._next is not None and store._next.op is mine)
 
     _write_interrupted(store, mine, signal_when_queued, on_signal, release=gates.open_all)
-    sleeper.join(20)
-    assert not sleeper.is_alive(), "a caller of the last batch was never woken"
-    leader.join(20)
-    first.join(20)
-    assert len(leader_put) == 1 and saver.get_tuple(leader_put[0]) is not None
+    last.sleeper.join(20)
+    assert not last.sleeper.is_alive(), "a caller of the last batch was never woken"
+    last.leader.join(20)
+    last.first.join(20)
+    assert len(last.put) == 1 and saver.get_tuple(last.put[0]) is not None
     assert ran == []
     assert store._next is None and not store._leading and not store._queue
     assert not store._unwoken
@@ -616,18 +631,7 @@ def test_a_committed_caller_does_not_wait_for_the_next_batchs_long_op(
     saver = make_saver()
     store = saver.store
     gates = _Gates("first", "shared", "slow")
-    first = threading.Thread(target=store.write, args=(gates.op("first"),))
-    first.start()
-    assert gates.entered["first"].wait(20)
-    # The next batch: a put (its caller leads) and an op whose caller sleeps.
-    leader = threading.Thread(target=put_tagged, args=(saver, "lead", "l", 0, None))
-    leader.start()
-    assert _waits_for(lambda: len(store._queue) == 1)
-    sleeper = threading.Thread(target=store.write, args=(gates.op("shared"),))
-    sleeper.start()
-    assert _waits_for(lambda: len(store._queue) == 2)
-    gates.gates["first"].set()
-    assert gates.entered["shared"].wait(20)
+    last = _last_batch_waiting(saver, gates)
     # Queued behind that batch, so its caller leads next and inherits the batch to wake.
     maintenance = slow_kind == "maintenance"
     slow_ops = [] if maintenance else [lambda w: time.sleep(0.05)]
@@ -642,11 +646,11 @@ def test_a_committed_caller_does_not_wait_for_the_next_batchs_long_op(
     try:
         gates.gates["shared"].set()
         assert gates.entered["slow"].wait(20)
-        sleeper.join(10)
-        assert not sleeper.is_alive(), "a durable write waited for the next batch's slow op"
+        last.sleeper.join(10)
+        assert not last.sleeper.is_alive(), "a durable write waited for the next batch's slow op"
     finally:
         gates.open_all()
-        for t in (first, leader, sleeper, *writers):
+        for t in (last.first, last.leader, last.sleeper, *writers):
             t.join(20)
     assert not store._leading and not store._queue and not store._unwoken
 
