@@ -185,25 +185,26 @@ class PayloadCache:
 
 
 class EnvelopeCache:
-    """Parent id and channel versions of checkpoint records, keyed by the record bytes.
+    """Parent id, channel versions and inline values of checkpoint records, keyed by
+    the record bytes.
 
-    The delta walk needs only these two fields of each ancestor; decoding the
+    The delta walk needs only these fields of each ancestor; decoding the
     whole record (CRC, zstd, msgpack) costs several µs an ancestor, a dict
     lookup well under one. Keyed by the record itself, so a rewritten record
-    (hidden, re-linked) is a miss, never stale. The versions dict is shared:
-    callers only read it. Cleared wholesale when full (entries are cheap to
+    (hidden, re-linked) is a miss, never stale. The dicts are shared:
+    callers only read them. Cleared wholesale when full (entries are cheap to
     rebuild and a walk touches consecutive ancestors).
     """
 
     def __init__(self, max_entries: int = 50_000) -> None:
         self.max_entries = max_entries
-        self._entries: dict[bytes, tuple[Any, Any]] = {}
+        self._entries: dict[bytes, tuple[Any, Any, Any]] = {}
 
-    def get(self, record: bytes) -> tuple[Any, Any] | None:
-        """The cached (parent, versions) of ``record``."""
+    def get(self, record: bytes) -> tuple[Any, Any, Any] | None:
+        """The cached (parent, versions, inline values) of ``record``."""
         return self._entries.get(record)
 
-    def put(self, record: bytes, envelope: tuple[Any, Any]) -> tuple[Any, Any]:
+    def put(self, record: bytes, envelope: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
         """Remember ``envelope`` for ``record``; return it."""
         if len(self._entries) >= self.max_entries:
             self._entries.clear()

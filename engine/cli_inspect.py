@@ -522,7 +522,8 @@ def stats_cmd(path: Path, top: int, as_json: bool) -> None:
     """Show storage by thread and by channel, compression, and map size versus use.
 
     Per channel: stored values (for a delta channel these are its seeds),
-    writes, bytes as stored and before compression. Per thread: bytes of
+    small values held in checkpoint records, writes, bytes as stored and
+    before compression. Per thread: bytes of
     its checkpoints, writes and values. Store: the data file, the pages in
     use, and the LMDB map size (it grows automatically). Bars compare bytes.
     """
@@ -542,6 +543,8 @@ def stats_cmd(path: Path, top: int, as_json: bool) -> None:
                 "channel": name,
                 "values": c["blobs"],
                 "value_bytes": c["blob_bytes"],
+                "inline": c["inline"],
+                "inline_bytes": c["inline_bytes"],
                 "writes": c["writes"],
                 "write_bytes": c["write_bytes"],
                 "stored_bytes": stored,
@@ -598,6 +601,7 @@ def stats_cmd(path: Path, top: int, as_json: bool) -> None:
     for col, justify in (
         ("channel", "left"),
         ("values", "right"),
+        ("inline", "right"),
         ("writes", "right"),
         ("stored", "right"),
         ("raw", "right"),
@@ -610,6 +614,7 @@ def stats_cmd(path: Path, top: int, as_json: bool) -> None:
         ctable.add_row(
             escape(r["channel"]),
             f"{r['values']:,}",
+            f"{r['inline']:,}",
             f"{r['writes']:,}",
             human_bytes(r["stored_bytes"]),
             human_bytes(r["raw_bytes"]),

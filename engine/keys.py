@@ -1,6 +1,6 @@
 """The on-disk key layout of a deltalog store. No other module builds key bytes.
 
-One LMDB environment holds these named databases (``FORMAT_VERSION`` = 2):
+One LMDB environment holds these named databases (``FORMAT_VERSION`` = 3):
 
 ============  ==========================================================  ==========================
 database      key (byte encoding, in order)                               value
@@ -103,10 +103,11 @@ __all__ = [
     "write_key",
 ]
 
-FORMAT_VERSION: Final = 2
-#: Formats this version reads; format 1 lacks only delta blobs over writes,
-#: so a format-1 store is marked 2 when opened for writing.
-READABLE_FORMATS: Final = frozenset({1, 2})
+FORMAT_VERSION: Final = 3
+#: Formats this version reads. Each newer format only adds record shapes:
+#: format 2 delta blobs over writes, format 3 small values inside checkpoint
+#: records. An older store is marked 3 when opened for writing.
+READABLE_FORMATS: Final = frozenset({1, 2, 3})
 #: ``meta`` key prefix of the write-dependency marks (``wdep_key``).
 WDEP: Final = b"wdep"
 MAX_KEY: Final = 511

@@ -37,7 +37,7 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from deltalog.channels.replay import ChannelSource, delta_channels, replay_history
 from deltalog.engine import keys
@@ -46,7 +46,7 @@ from deltalog.engine.codec import RecordCodec
 from deltalog.engine.core import Node, Plan, plan_delete, plan_keep
 from deltalog.engine.errors import ConfigError, DeltaChainError, DeltaLogError, InvalidInputError
 from deltalog.engine.reports import CompactReport, CopyReport, Problem, RemovalReport, VerifyReport
-from deltalog.engine.store import Store, WriteTxn
+from deltalog.engine.store import INLINE_MAX, Store, WriteTxn
 from deltalog.engine.store_rows import (
     BlobRow,
     CheckpointRow,
@@ -81,6 +81,10 @@ EXPORT_VERSION = 1
 # Rows read per read transaction while listing: short transactions keep LMDB
 # from pinning old pages while the caller consumes the iterator.
 _LIST_CHUNK = 32
+# Exact types whose small values a checkpoint record holds itself (subclasses
+# such as enums go to blobs). The same set LangGraph's PostgresSaver keeps in
+# its checkpoint row; lists and dicts (growing values, delta seeds) never.
+_SCALARS: Final = frozenset({type(None), bool, int, float, str})
 
 
 class DeltaLogSaver(
@@ -448,11 +452,20 @@ class DeltaLogSaver(
             raise InvalidInputError(
                 f"metadata {metadata!r:.80} is not a mapping; pass a CheckpointMetadata dict"
             )
-        blobs = [
-            BlobRow(channel, version, self._dumps(values[channel], f"channel {channel!r}"))
-            for channel, version in new_versions.items()
-            if channel in values
-        ]
+        blobs: builtins.list[BlobRow] = []
+        # Small scalars go into the record, new or not (see INLINE_MAX): a
+        # record must hold every inline value of its checkpoint.
+        inline: dict[str, Typed] = {}
+        for channel, value in values.items():
+            version = new_versions.get(channel)
+            scalar = type(value) in _SCALARS
+            if version is None and not scalar:
+                continue  # stored with the checkpoint that made this version
+            typed = self._dumps(value, f"channel {channel!r}")
+            if scalar and len(typed[1]) <= INLINE_MAX:
+                inline[channel] = typed
+            elif version is not None:
+                blobs.append(BlobRow(channel, version, typed))
         thread_id, checkpoint_ns, parent_id = _parse_config(config)
         checkpoint_id = checkpoint["id"]
         keys.encode_id(checkpoint_id)
@@ -475,6 +488,12 @@ class DeltaLogSaver(
         # delete_for_runs must keep a chain (or write a seed) for (R7).
         counters = full_metadata.get("counters_since_delta_snapshot") or {}
         delta = sorted(c for c in counters if isinstance(c, str))
+        for channel in [c for c in inline if c in counters or c not in versions]:
+            # Seeds of delta channels stay blobs, and a value of a channel the
+            # checkpoint has no version of is not part of it (as for blobs).
+            typed = inline.pop(channel)
+            if channel in new_versions:
+                blobs.append(BlobRow(channel, new_versions[channel], typed))
 
         def op(w: WriteTxn) -> None:
             w.put_checkpoint(
@@ -488,6 +507,7 @@ class DeltaLogSaver(
                 run_id=run,
                 blobs=blobs,
                 delta=delta,
+                inline=inline,
             )
 
         return op, _config(thread_id, checkpoint_ns, checkpoint_id)

@@ -28,7 +28,7 @@ import shutil
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Literal, TypeVar
@@ -101,6 +101,12 @@ MAX_LINKS: Final = 64
 WRITE_DICT_MIN: Final = 256
 WRITE_DICT_MAX: Final = 16 * 1024**2
 WRITE_SCAN_MAX: Final = 20_000
+# Scalar channel values (None, bool, int, float, str) serialized to at most this
+# many bytes are stored inside each checkpoint record that has them (format 3),
+# not as blobs: no blob entry, key or B-tree page to write, and none to look up
+# on a read. A value is copied into every checkpoint while unchanged; the bound
+# caps that copy (PostgresSaver, which holds primitives the same way, has none).
+INLINE_MAX: Final = 512
 
 # A walk that finds no seed after this many ancestors is reading a damaged chain.
 MAX_WALK: Final = 1_000_000
@@ -114,6 +120,7 @@ class _RawNode:
     delta: frozenset[str]
     flags: int
     run_id: str | None
+    inline: frozenset[str]
 
     @classmethod
     def of(cls, rec: Any, key: bytes, extra_delta: frozenset[str]) -> _RawNode:
@@ -126,7 +133,27 @@ class _RawNode:
             frozenset(c for c in delta if c in versions),
             rec[6],
             rec[7],
+            frozenset(c for c in _inline_of(rec) if c in versions),
         )
+
+
+def _inline_of(rec: Any) -> dict[str, Any]:
+    """The values a checkpoint record holds itself (format 3): channel → [type, bytes]."""
+    return rec[9] if len(rec) > 9 else {}
+
+
+def _inline_value(key: bytes, channel: str, typed: Any) -> StoredValue:
+    """A value held in checkpoint record ``key`` as a :class:`StoredValue`.
+
+    Its ``record`` (the key of the decoded-value caches) is the type and
+    payload, which identify the value as a blob record's bytes do.
+    """
+    ctype, payload = typed
+    return StoredValue(
+        ctype.encode() + b"\x00" + payload,
+        f"checkpoints/{key.hex()}[{channel!r}]",
+        (ctype, payload),
+    )
 
 
 @dataclass
@@ -327,6 +354,7 @@ class ReadTxn:
             metadata=(mtype, mbytes),
             flags=flags,
             run_id=run_id,
+            inline=_inline_of(rec),
         )
 
     def envelope(
@@ -377,7 +405,7 @@ class ReadTxn:
         try:
             row = self._decode_checkpoint(t, n, key, raw)
             if with_values:
-                row.values = self.blobs(t, n, row.channel_versions)
+                row.values = self.values(t, n, key, row.channel_versions, row.inline)
             if with_writes:
                 row.writes = self.writes(key)
         except CorruptRecordError as exc:
@@ -401,11 +429,27 @@ class ReadTxn:
         why = "" if needed_by is None else f", an ancestor needed to rebuild {needed_by!r},"
         return CorruptRecordError(f"checkpoint {checkpoint_id!r} of {where}{why} is damaged: {exc}")
 
-    def blobs(self, t: int, n: int, versions: dict[str, Version]) -> dict[str, StoredValue]:
-        """Stored values of the given channel versions (empty versions are absent)."""
+    def values(
+        self,
+        t: int,
+        n: int,
+        key: bytes,
+        versions: dict[str, Version],
+        inline: dict[str, list[Any]],
+    ) -> dict[str, StoredValue]:
+        """Stored values of a checkpoint's channel versions (empty versions are absent).
+
+        A value the record ``key`` holds itself (``inline``) is taken from it;
+        the others are read from their blobs.
+        """
         out: dict[str, StoredValue] = {}
         for channel, version in versions.items():
-            value = self.blob(t, n, channel, version)
+            typed = inline.get(channel)
+            value = (
+                self.blob(t, n, channel, version)
+                if typed is None
+                else _inline_value(key, channel, typed)
+            )
             if value is not None:
                 out[channel] = value
         return out
@@ -589,7 +633,7 @@ class ReadTxn:
             if cached is None:
                 rec = self.codec.decode(raw, f"checkpoints/{target.hex()}")
                 try:
-                    cached = envelopes.put(raw, (rec[0], rec[1]))
+                    cached = envelopes.put(raw, (rec[0], rec[1], _inline_of(rec)))
                 except Exception as exc:
                     raise CorruptRecordError(
                         f"record checkpoints/{target.hex()} has an unexpected shape ({exc})"
@@ -647,12 +691,16 @@ class ReadTxn:
                 cached = envelopes.get(raw)
                 if cached is None:
                     rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
-                    cached = envelopes.put(raw, (rec[0], rec[1]))
-                parent, versions = cached
+                    cached = envelopes.put(raw, (rec[0], rec[1], _inline_of(rec)))
+                parent, versions, inline = cached
                 seeds: dict[str, StoredValue] = {}
                 for channel in walk.remaining:
                     version = versions.get(channel)
                     if version is None:
+                        continue
+                    typed = inline.get(channel)
+                    if typed is not None:
+                        seeds[channel] = _inline_value(key, channel, typed)
                         continue
                     bkey = blob_prefixes[channel] + keys.encode_version(version)
                     braw = self.txn.get(bkey, db=self.dbs.blobs)
@@ -736,9 +784,12 @@ class ReadTxn:
             seeded = frozenset(
                 c
                 for c, i in channel_ids.items()
-                if i is not None
-                and c in r.versions
-                and cur.set_key(keys.blob_key(t, n, i, r.versions[c]))
+                if c in r.inline
+                or (
+                    i is not None
+                    and c in r.versions
+                    and cur.set_key(keys.blob_key(t, n, i, r.versions[c]))
+                )
             )
             nodes[r.cid] = Node(
                 r.cid, r.parent, r.delta, seeded, bool(r.flags & FLAG_HIDDEN), frozenset(r.versions)
@@ -973,41 +1024,55 @@ class ReadTxn:
         return list(out.values())
 
     def channel_sizes(self) -> dict[str, dict[str, int]]:
-        """Per channel: blob and write counts, stored bytes and raw (uncompressed) bytes."""
+        """Per channel: blob and write counts, stored bytes and raw (uncompressed) bytes,
+        and the values held in checkpoint records (``inline``, ``inline_bytes``:
+        serialized bytes, stored inside the records' own compression)."""
         out: dict[str, dict[str, int]] = {}
 
-        def entry(channel_id: int) -> dict[str, int]:
-            name = self.name_of(keys.KIND_CHANNEL, channel_id)
+        def entry(name: str) -> dict[str, int]:
             e = out.get(name)
             if e is None:
-                e = out[name] = {
-                    "blobs": 0,
-                    "blob_bytes": 0,
-                    "writes": 0,
-                    "write_bytes": 0,
-                    "raw_bytes": 0,
-                }
+                fields = ("blobs", "blob_bytes", "writes", "write_bytes", "raw_bytes")
+                e = out[name] = dict.fromkeys((*fields, "inline", "inline_bytes"), 0)
             return e
 
+        def named(channel_id: int) -> dict[str, int]:
+            return entry(self.name_of(keys.KIND_CHANNEL, channel_id))
+
         for key, value in self.txn.cursor(db=self.dbs.blobs).iternext(keys=True, values=True):
-            e = entry(keys.split_ids(key, 3)[0][2])
+            e = named(keys.split_ids(key, 3)[0][2])
             e["blobs"] += 1
             e["blob_bytes"] += len(value)
             e["raw_bytes"] += self.codec.raw_size(value)
         for _, value in self.txn.cursor(db=self.dbs.writes).iternext(keys=True, values=True):
             cbytes, channel_id, record = _split_write_value(value)
-            e = entry(channel_id)
+            e = named(channel_id)
             e["writes"] += 1
             e["write_bytes"] += len(value)
             e["raw_bytes"] += len(cbytes) + self.codec.raw_size(record)
+        for key, value in self.txn.cursor(db=self.dbs.checkpoints).iternext(keys=True, values=True):
+            for channel, typed in _inline_of(
+                self.codec.decode(value, f"checkpoints/{key.hex()}")
+            ).items():
+                e = entry(channel)
+                e["inline"] += 1
+                e["inline_bytes"] += len(typed[1])
         return out
 
     def export_thread(self, t: int) -> Iterator[dict[str, Any]]:
         """Portable records of one thread: names instead of interned ids, values as stored by serde."""
         thread_id = self.name_of(keys.KIND_THREAD, t)
         prefix = keys.thread_prefix(t)
+        # Values held in checkpoint records are exported as blobs (once per
+        # version, unless a blob of that version exists): a portable stream
+        # needs no format-3 reader, and importing it stores them as blobs.
+        held: dict[tuple[int, str, Version], list[Any]] = {}
         for key, raw in self.iter_checkpoint_keys(prefix, start=None, reverse=False):
             rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
+            n = keys.decode_checkpoint_key(key)[1]
+            for channel, typed in _inline_of(rec).items():
+                if channel in rec[1]:
+                    held.setdefault((n, channel, rec[1][channel]), typed)
             yield {
                 "kind": "checkpoint",
                 "thread_id": thread_id,
@@ -1027,15 +1092,26 @@ class ReadTxn:
             key = cur.key()
             _, n, c, version = keys.decode_blob_key(key)
             rec = self.blob_typed(key, cur.value())
+            channel = self.name_of(keys.KIND_CHANNEL, c)
+            held.pop((n, channel, version), None)
             yield {
                 "kind": "blob",
                 "thread_id": thread_id,
                 "checkpoint_ns": self.name_of(keys.KIND_NS, n),
-                "channel": self.name_of(keys.KIND_CHANNEL, c),
+                "channel": channel,
                 "version": version,
                 "value": [rec[0], rec[1]],
             }
             ok = cur.next()
+        for (n, channel, version), typed in held.items():
+            yield {
+                "kind": "blob",
+                "thread_id": thread_id,
+                "checkpoint_ns": self.name_of(keys.KIND_NS, n),
+                "channel": channel,
+                "version": version,
+                "value": [typed[0], typed[1]],
+            }
         cur = self.txn.cursor(db=self.dbs.writes)
         ok = cur.set_range(prefix)
         while ok and cur.key().startswith(prefix):
@@ -1392,11 +1468,15 @@ class WriteTxn(ReadTxn):
         blobs: Sequence[BlobRow],
         delta: Sequence[str] = (),
         flags: int = 0,
+        inline: Mapping[str, Typed] | None = None,
     ) -> None:
         """Store a checkpoint record, its new blobs and its run-index entry.
 
         A blob key that already exists is left alone: versions are unique per
         value (get_next_version adds a random suffix), so the first writer wins.
+        ``inline`` values (see ``INLINE_MAX``) go into the record itself; the
+        record must hold every such value of the checkpoint, new or not, since
+        no blob is written for them.
         """
         cid = keys.encode_id(checkpoint_id)
         if parent_id is not None:
@@ -1405,6 +1485,10 @@ class WriteTxn(ReadTxn):
         n = self.intern(keys.KIND_NS, checkpoint_ns)
         for blob in blobs:
             self.put_blob(t, n, blob.channel, blob.version, blob.value, before=cid)
+        for channel in inline or ():
+            # Interned like any stored channel: a name without an id is one
+            # that nothing in the store holds (the delta walk relies on it).
+            self.intern(keys.KIND_CHANNEL, channel)
         key = keys.checkpoint_key(t, n, cid)
         latest = self.latest_key(t, n)
         if latest is not None and latest >= key:
@@ -1418,7 +1502,7 @@ class WriteTxn(ReadTxn):
                 if old_run is not None and old_run != run_id:
                     run_key = keys.run_key(keys.encode_run(old_run), t, n, cid)
                     self.txn.delete(run_key, db=self.dbs.runs)
-        record = [
+        record: list[Any] = [
             _parent_in(parent_id),
             channel_versions,
             checkpoint[0],
@@ -1429,6 +1513,8 @@ class WriteTxn(ReadTxn):
             run_id,
             list(delta),
         ]
+        if inline:
+            record.append({c: list(typed) for c, typed in inline.items()})
         self.txn.put(key, self.codec.encode(record), db=self.dbs.checkpoints)
         if run_id is not None:
             self.txn.put(keys.run_key(keys.encode_run(run_id), t, n, cid), b"", db=self.dbs.runs)
@@ -1875,7 +1961,8 @@ class Store:
         self.codec.dictionary_loader = self._load_dictionary
         if version in keys.READABLE_FORMATS and version != keys.FORMAT_VERSION:
             if not self.readonly:
-                # Format 2 only adds record shapes that format-1 readers lack.
+                # Newer formats only add record shapes that older readers lack:
+                # mark the store so that they refuse it instead of misreading.
                 with self.env.begin(write=True) as txn:
                     txn.put(
                         b"format_version",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass, field
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 __all__ = [
     "FLAG_HIDDEN",
@@ -106,6 +106,8 @@ class CheckpointRow:
     metadata: Typed
     flags: int
     run_id: str | None
+    inline: dict[str, list[Any]] = field(default_factory=dict)
+    """Values the record holds itself (format 3): channel → ``[type, bytes]``."""
     values: dict[str, StoredValue] = field(default_factory=dict)
     writes: list[WriteRow] = field(default_factory=list)
 

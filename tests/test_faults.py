@@ -473,8 +473,11 @@ def test_newer_format_version_is_refused_with_both_versions(tmp_path: Path) -> N
 
 
 def _victim_store(saver: DeltaLogSaver) -> tuple[CompiledStateGraph[Any], str]:
-    """Three chat threads; returns the graph and a checkpoint (with writes) in the middle of "victim"."""
-    graph: CompiledStateGraph[Any] = chat_graph(3).compile(checkpointer=saver)
+    """Three chat threads; returns the graph and a checkpoint (with writes) in the middle of "victim".
+
+    ``messages`` is a plain ``add_messages`` list, so every checkpoint reads a blob
+    (the ``turns`` counter lives in the checkpoint record itself)."""
+    graph: CompiledStateGraph[Any] = chat_graph(None).compile(checkpointer=saver)
     for thread_id in ("victim", "bystander-0", "bystander-1"):
         for turn in range(6):
             graph.invoke({"messages": [human(turn)]}, cfg(thread_id))
@@ -486,17 +489,17 @@ def _records_of(saver: DeltaLogSaver, target: str) -> dict[str, tuple[bytes, byt
     """One record of each kind belonging to ``target``: its checkpoint, a value, a write."""
     found = saver.get_tuple(at("victim", target))
     assert found is not None and found.pending_writes
-    version = found.checkpoint["channel_versions"]["turns"]
+    version = found.checkpoint["channel_versions"]["messages"]
     with saver.store.read() as r:
         t = r.name_id(keys.KIND_THREAD, "victim")
-        turns = r.name_id(keys.KIND_CHANNEL, "turns")
+        messages = r.name_id(keys.KIND_CHANNEL, "messages")
     out: dict[str, tuple[bytes, bytes]] = {}
     for key, raw in saver.store.iter_db("checkpoints"):
         if keys.decode_checkpoint_key(key)[::2] == (t, target):
             out["checkpoints"] = (key, raw)
     for key, raw in saver.store.iter_db("blobs"):
         bt, _, channel, bversion = keys.decode_blob_key(key)
-        if (bt, channel, bversion) == (t, turns, version):
+        if (bt, channel, bversion) == (t, messages, version):
             out["blobs"] = (key, raw)
     for key, raw in saver.store.iter_db("writes"):
         wt, _, cid, *_ = keys.decode_write_key(key)
@@ -727,16 +730,22 @@ def test_reads_of_a_closed_saver_fail_clearly(make_saver: Callable[..., DeltaLog
         put_values(saver, "t", {"x": 2})
 
 
-def test_format_1_store_opens_and_is_marked_format_2(tmp_path: Path) -> None:
-    """R10: format 2 only adds delta blobs over writes, so a format-1 store opens; a
-    writable open marks it format 2 (older readers then refuse it), a read-only open
-    leaves it as it is."""
+@pytest.mark.parametrize("old", [1, 2])
+def test_older_format_store_opens_and_is_marked_current(
+    old: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R10: formats 2 and 3 only add record shapes (delta blobs over writes, values
+    inside checkpoint records), so an older store opens; a writable open marks it
+    current (older readers then refuse it), a read-only open leaves it as it is."""
+    from deltalog.engine import saver as saver_module
     from deltalog.engine.store import Store
 
     path = tmp_path / "store"
-    with DeltaLogSaver.from_path(path) as saver:
-        config = put_values(saver, "t", {"x": 1})
-    _set_format_version(path, 1)
+    with monkeypatch.context() as patch:
+        patch.setattr(saver_module, "INLINE_MAX", -1)  # every value a blob, as before format 3
+        with DeltaLogSaver.from_path(path) as saver:
+            config = put_values(saver, "t", {"x": 1})
+    _set_format_version(path, old)
 
     def stored_version() -> Any:
         env = lmdb.open(str(path), max_dbs=16, readonly=True, lock=False)
@@ -748,8 +757,10 @@ def test_format_1_store_opens_and_is_marked_format_2(tmp_path: Path) -> None:
             env.close()
 
     with DeltaLogSaver(Store(path, readonly=True)) as saver:
-        assert saver.get_tuple(config) is not None
-    assert stored_version() == 1
+        assert saver.get_tuple(config).checkpoint["channel_values"] == {"x": 1}  # type: ignore[union-attr]
+    assert stored_version() == old
     with DeltaLogSaver.from_path(path) as saver:
-        assert saver.get_tuple(config) is not None
-    assert stored_version() == keys.FORMAT_VERSION == 2
+        assert saver.get_tuple(config).checkpoint["channel_values"] == {"x": 1}  # type: ignore[union-attr]
+        child = put_values(saver, "t", {"x": 2}, parent=config)
+        assert saver.get_tuple(child).checkpoint["channel_values"] == {"x": 2}  # type: ignore[union-attr]
+    assert stored_version() == keys.FORMAT_VERSION == 3

@@ -220,22 +220,29 @@ def test_encrypted_serializer_roundtrips_and_hides_values(
     assert SECRET.encode() in (plain / "data.mdb").read_bytes()
 
 
+@pytest.mark.parametrize("held", [True, False], ids=["in-record", "blob"])
 def test_encrypted_values_are_authenticated(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    held: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A writer without the key cannot forge or alter an encrypted value, even one who fixes our checksum: AES-EAX verification refuses it."""
+    """A writer without the key cannot forge or alter an encrypted value, even one who fixes our checksum: AES-EAX verification refuses it. Both for a small string held in the checkpoint record and for a list stored as a blob."""
     monkeypatch.setenv("LANGGRAPH_AES_KEY", AES_KEY)
     serde = EncryptedSerializer.from_pycryptodome_aes()
     with DeltaLogSaver.from_path(tmp_path / "s", serde=serde) as saver:
-        config = put_values(saver, "t", {"secret": SECRET})
+        config = put_values(saver, "t", {"secret": SECRET if held else [SECRET]})
         store = saver.store
-        (key, raw), *_ = list(store.iter_db("blobs"))
-        kind, ciphertext = store.codec.decode(raw, "blob")
+        db = "checkpoints" if held else "blobs"
+        (key, raw), *_ = list(store.iter_db(db))
+        rec = store.codec.decode(raw, db)
+        kind, ciphertext = rec[9]["secret"] if held else rec
         assert kind == "msgpack+aes"
         forged = bytearray(ciphertext)
         forged[-1] ^= 1
-        blobs = store.db("blobs")
-        store.write(lambda w: w.put_raw(blobs, key, store.codec.encode([kind, bytes(forged)])))
+        if held:
+            rec[9]["secret"][1] = bytes(forged)
+        else:
+            rec = [kind, bytes(forged)]
+        handle = store.db(db)
+        store.write(lambda w: w.put_raw(handle, key, store.codec.encode(rec)))
         with pytest.raises(ValueError, match="MAC check failed"):
             saver.get_tuple(config)
 

@@ -1,0 +1,159 @@
+"""Format 3: small scalar channel values live inside the checkpoint record, not in blobs."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalog.engine import DeltaLogSaver, keys
+from deltalog.engine import saver as saver_module
+from deltalog.engine.store import INLINE_MAX
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+
+from tests.checkpoints import at, checkpoint_id, new_checkpoint, put_values
+
+
+class Colour(enum.IntEnum):
+    RED = 1
+
+
+def blob_channels(saver: DeltaLogSaver) -> set[str]:
+    """Names of the channels that have at least one blob in the store."""
+    with saver.store.read() as r:
+        return {
+            r.name_of(keys.KIND_CHANNEL, keys.decode_blob_key(k)[2])
+            for k, _ in r.txn.cursor(db=r.dbs.blobs)
+        }
+
+
+def put_child(
+    saver: BaseCheckpointSaver[Any],
+    parent: Any,
+    values: dict[str, Any],
+    versions: dict[str, Any],
+    new: dict[str, Any],
+) -> Any:
+    """A child checkpoint of ``parent`` with the given values and versions."""
+    checkpoint, _ = new_checkpoint(saver, {})
+    checkpoint["channel_values"] = dict(values)
+    checkpoint["channel_versions"] = dict(versions)
+    return saver.put(parent, checkpoint, {"source": "loop", "step": 1}, new)
+
+
+SMALL: dict[str, Any] = {
+    "none": None,
+    "flag": True,
+    "count": 7,
+    "ratio": 0.5,
+    "name": "x" * 100,
+}
+
+
+def test_small_scalars_are_held_in_the_record_and_read_back(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    saver = make_saver()
+    big = "y" * (INLINE_MAX + 1)
+    values = {**SMALL, "big": big, "items": [1, 2], "colour": Colour.RED}
+    config = put_values(saver, "t", values)
+    assert blob_channels(saver) == {"big", "items", "colour"}
+    tup = saver.get_tuple(config)
+    assert tup is not None
+    assert tup.checkpoint["channel_values"] == values
+    assert type(tup.checkpoint["channel_values"]["colour"]) is Colour
+
+
+def test_an_unchanged_value_is_read_from_each_checkpoint_that_has_it(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """Against InMemorySaver: a value kept across checkpoints, changed, dropped."""
+    results = []
+    for saver in (make_saver(), InMemorySaver()):
+        first = put_values(saver, "t", {"a": "one", "b": 1})
+        v1 = saver.get_tuple(first).checkpoint["channel_versions"]  # type: ignore[union-attr]
+        a2 = saver.get_next_version(v1["a"], None)
+        second = put_child(saver, first, {"a": "two", "b": 1}, {**v1, "a": a2}, {"a": a2})
+        third = put_child(saver, second, {"b": 1}, {"b": v1["b"]}, {})
+        results.append(
+            [saver.get_tuple(c).checkpoint["channel_values"] for c in (first, second, third)]  # type: ignore[union-attr]
+        )
+    assert results[0] == results[1] == [{"a": "one", "b": 1}, {"a": "two", "b": 1}, {"b": 1}]
+
+
+def test_a_held_value_seeds_a_delta_history_like_a_blob(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """A channel that held a plain scalar and later replays writes (a thread whose
+    graph moved the channel to DeltaChannel) finds that value as its seed."""
+    results = []
+    for saver in (make_saver(), InMemorySaver()):
+        first = put_values(saver, "t", {"text": "hello"})
+        saver.put_writes(first, [("text", " world")], "task-1")
+        versions = saver.get_tuple(first).checkpoint["channel_versions"]  # type: ignore[union-attr]
+        bumped = saver.get_next_version(versions["text"], None)
+        second = put_child(saver, first, {}, {"text": bumped}, {"text": bumped})
+        history = saver.get_delta_channel_history(config=second, channels=["text"])["text"]
+        results.append(
+            (
+                history.get("seed"),
+                [w[1:] for w in history["writes"]],
+            )
+        )
+    assert results[0] == results[1]
+    assert results[0][0] == "hello"
+
+
+def test_prune_counts_a_held_value_as_a_seed(make_saver: Callable[..., DeltaLogSaver]) -> None:
+    """Treating a channel as a delta channel (a reducer map) at prune time: the
+    checkpoint that holds its value inline is seeded, so the chain stops there."""
+    saver = make_saver()
+    first = put_values(saver, "t", {"text": "hello"})
+    config = first
+    for i in range(3):
+        saver.put_writes(config, [("text", f" {i}")], f"task-{i}")
+        versions = saver.get_tuple(config).checkpoint["channel_versions"]  # type: ignore[union-attr]
+        bumped = saver.get_next_version(versions["text"], None)
+        config = put_child(saver, config, {}, {"text": bumped}, {"text": bumped})
+    with saver.store.read() as r:
+        t, n = r.ids("t", "")  # type: ignore[misc]
+        nodes, _, _ = r.group(t, n, frozenset({"text"}))
+    assert nodes[checkpoint_id(first)].seeded == frozenset({"text"})
+    assert all(not node.seeded for cid, node in nodes.items() if cid != checkpoint_id(first))
+
+
+def test_export_carries_held_values_as_blobs_once(
+    make_saver: Callable[..., DeltaLogSaver], tmp_path: Path
+) -> None:
+    source = make_saver()
+    first = put_values(source, "t", {"a": "one", "b": [1]})
+    v1 = source.get_tuple(first).checkpoint["channel_versions"]  # type: ignore[union-attr]
+    second = put_child(source, first, {"a": "one", "b": [1]}, v1, {})
+    records = list(source.export_records(["t"]))
+    blobs = [(r["channel"], r["version"]) for r in records if r["kind"] == "blob"]
+    assert sorted(blobs) == sorted([("a", v1["a"]), ("b", v1["b"])])
+    target = make_saver()
+    target.import_records(records)
+    for config in (first, second):
+        assert target.get_tuple(config).checkpoint == source.get_tuple(config).checkpoint  # type: ignore[union-attr]
+
+
+def test_records_without_held_values_still_read(
+    make_saver: Callable[..., DeltaLogSaver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stores written before format 3 keep scalars in blobs; both kinds mix in a thread."""
+    saver = make_saver()
+    monkeypatch.setattr(saver_module, "INLINE_MAX", -1)
+    first = put_values(saver, "t", {"a": "one", "b": 2})
+    assert blob_channels(saver) == {"a", "b"}
+    monkeypatch.undo()
+    v1 = saver.get_tuple(first).checkpoint["channel_versions"]  # type: ignore[union-attr]
+    a2 = saver.get_next_version(v1["a"], None)
+    second = put_child(saver, first, {"a": "two", "b": 2}, {**v1, "a": a2}, {"a": a2})
+    assert blob_channels(saver) == {"a", "b"}  # "two" is held by the record
+    assert saver.get_tuple(first).checkpoint["channel_values"] == {"a": "one", "b": 2}  # type: ignore[union-attr]
+    assert saver.get_tuple(second).checkpoint["channel_values"] == {"a": "two", "b": 2}  # type: ignore[union-attr]
+    assert saver.get_tuple(at("t", checkpoint_id(second))) is not None
