@@ -386,6 +386,11 @@ def evaluate_targets(result: BenchResult, subject: str = "deltalog") -> list[Tar
             continue
         ok = ratio >= target.limit if target.higher_is_better else ratio <= target.limit
         note = "" if turns is None or turns == 1000 else f"run at {turns} turns, target at 1000"
+        ceiling = _ratio(values.get("memory"), peer_value) if against != "memory" else None
+        if target.higher_is_better and ceiling is not None and ceiling < target.limit:
+            # A rate InMemorySaver (which stores nothing) cannot reach is set by
+            # the work outside the saver: say so next to the verdict.
+            note = f"InMemorySaver, storing nothing, reached {ceiling:.2f}× here"
         verdicts.append(
             TargetVerdict(
                 target.key,

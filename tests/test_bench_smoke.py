@@ -245,6 +245,37 @@ def test_targets_are_na_without_subject(tmp_path: Path) -> None:
     assert {v.status for v in verdicts} == {"n/a"}
 
 
+def test_throughput_verdicts_name_the_in_memory_ceiling() -> None:
+    """A rate target that InMemorySaver itself misses says so in its note, with the
+    ratio InMemorySaver reached in the same run; one it reaches has no such note.
+    A real 16-thread run, then InMemorySaver's graph rate set to 1.5x and to 3x
+    SqliteSaver's (its figure is the only input the note depends on)."""
+    plan = select_plan(quick_plan(), scenarios=["throughput"], threads=[16])
+    assert plan.throughput is not None
+    plan = dataclasses.replace(
+        plan, throughput=dataclasses.replace(plan.throughput, seconds=0.2, repeats=1)
+    )
+    options = RunOptions(peers=("deltalog", "memory", "sqlite"), isolation="inprocess")
+    result = run_bench(plan, options)
+    assert result.throughput is not None
+    sqlite = result.throughput.savers["sqlite"][0].checkpoints_per_s
+    for factor, note in ((1.5, "InMemorySaver, storing nothing, reached 1.50× here"), (3, "")):
+        memory = [
+            dataclasses.replace(p, checkpoints_per_s=sqlite * factor)
+            for p in result.throughput.savers["memory"]
+        ]
+        savers = {**result.throughput.savers, "memory": memory}
+        changed = dataclasses.replace(
+            result, throughput=dataclasses.replace(result.throughput, savers=savers)
+        )
+        verdict = next(
+            v
+            for v in evaluate_targets(changed, subject="deltalog")
+            if v.key == "throughput16_vs_sqlite"
+        )
+        assert verdict.status in ("PASS", "FAIL") and verdict.note == note
+
+
 def _pytest_raw_ops(*extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "DELTALOG_RAW_OPS_TURNS": "3", "DELTALOG_BENCH_PG": ""}
     return subprocess.run(
