@@ -8,6 +8,7 @@
 from deltalog.engine.errors import (
     ConfigError,
     CorruptRecordError,
+    DamagedKeyError,
     DeltaChainError,
     DeltaLogError,
     FormatVersionError,
@@ -23,6 +24,7 @@ from deltalog.engine.store import Store
 __all__ = [
     "ConfigError",
     "CorruptRecordError",
+    "DamagedKeyError",
     "DeltaChainError",
     "DeltaLogError",
     "DeltaLogSaver",

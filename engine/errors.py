@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "CorruptRecordError",
+    "DamagedKeyError",
     "DeltaChainError",
     "DeltaLogError",
     "FormatVersionError",
@@ -64,3 +65,8 @@ class StoreFullError(DeltaLogError):
 
 class CorruptRecordError(DeltaLogError):
     """A stored record could not be decoded. The message names the database and key."""
+
+
+class DamagedKeyError(CorruptRecordError, ValueError):
+    """Stored key bytes do not decode (LMDB keeps no checksums, so a damaged key is
+    found only when it is read). A ``ValueError`` too, as the key decoders raised before."""

@@ -59,7 +59,7 @@ import struct
 import uuid
 from typing import Final
 
-from deltalog.engine.errors import InvalidInputError, KeyTooLongError
+from deltalog.engine.errors import DamagedKeyError, InvalidInputError, KeyTooLongError
 from ulid import ULID
 
 __all__ = [
@@ -171,11 +171,19 @@ def uid(n: int) -> bytes:
     return out
 
 
+def _damaged(buf: bytes, why: object) -> DamagedKeyError:
+    """The error for key bytes that do not decode: names the key and the way out."""
+    return DamagedKeyError(
+        f"key {bytes(buf).hex()[:120]} is damaged ({why}); run `deltalog verify` and "
+        "restore the store from a backup"
+    )
+
+
 def decode_uid(buf: bytes, pos: int) -> tuple[int, int]:
     """Decode a :func:`uid` at ``pos``; return it and the next position."""
-    size = buf[pos]
-    if not 1 <= size <= 8:
-        raise ValueError(f"bad id length {size} at {pos}")
+    size = buf[pos] if pos < len(buf) else 0
+    if not 1 <= size <= 8 or pos + 1 + size > len(buf):
+        raise _damaged(buf, f"bad id length {size} at {pos}")
     return int.from_bytes(buf[pos + 1 : pos + 1 + size], "big"), pos + 1 + size
 
 
@@ -207,16 +215,21 @@ def encode_str(value: str, what: str = "string") -> bytes:
 def decode_str(buf: bytes, pos: int) -> tuple[str, int]:
     """Decode a ``str`` field starting at ``pos``; return it and the next position."""
     out = bytearray()
-    while True:
-        nul = buf.index(b"\x00", pos)
-        out += buf[pos:nul]
-        marker = buf[nul + 1]
-        if marker == 0x00:
-            return out.decode("utf-8"), nul + 2
-        if marker != 0xFF:
-            raise ValueError(f"bad string escape 0x{marker:02x} at {nul + 1}")
-        out.append(0)
-        pos = nul + 2
+    try:
+        while True:
+            nul = buf.index(b"\x00", pos)
+            out += buf[pos:nul]
+            marker = buf[nul + 1]
+            if marker == 0x00:
+                return out.decode("utf-8"), nul + 2
+            if marker != 0xFF:
+                raise _damaged(buf, f"bad string escape 0x{marker:02x} at {nul + 1}")
+            out.append(0)
+            pos = nul + 2
+    except DamagedKeyError:
+        raise
+    except (ValueError, IndexError) as exc:  # no terminator, or not UTF-8
+        raise _damaged(buf, f"bad string at {pos}: {exc}") from None
 
 
 def encode_id(checkpoint_id: str) -> bytes:
@@ -261,7 +274,9 @@ def _encode_id(checkpoint_id: str) -> bytes:
 
 def decode_id(buf: bytes, pos: int) -> tuple[str, int]:
     """Decode an ``id`` field starting at ``pos``."""
-    tag = buf[pos]
+    tag = buf[pos] if pos < len(buf) else None
+    if tag in (_ID_UUID, _ID_ULID) and pos + 17 > len(buf):
+        raise _damaged(buf, f"id cut short at {pos}")
     if tag == _ID_UUID:
         h = bytes(buf[pos + 1 : pos + 17]).hex()
         return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}", pos + 17
@@ -269,7 +284,7 @@ def decode_id(buf: bytes, pos: int) -> tuple[str, int]:
         return str(ULID.from_bytes(bytes(buf[pos + 1 : pos + 17]))), pos + 17
     if tag == _ID_STR:
         return decode_str(buf, pos + 1)
-    raise ValueError(f"unknown id tag 0x{tag:02x}")
+    raise _damaged(buf, f"unknown id tag {tag!r} at {pos}")
 
 
 def encode_idx(idx: int) -> bytes:
@@ -323,7 +338,9 @@ _encode_version_cached = functools.lru_cache(maxsize=8192, typed=True)(_encode_v
 
 def decode_version(buf: bytes, pos: int) -> tuple[str | int | float, int]:
     """Decode a ``ver`` field starting at ``pos``."""
-    tag = buf[pos]
+    tag = buf[pos] if pos < len(buf) else None
+    if tag in (_VER_INT, _VER_FLOAT, _VER_COUNTER) and pos + 9 > len(buf):
+        raise _damaged(buf, f"version cut short at {pos}")
     if tag == _VER_INT:
         return _U64.unpack_from(buf, pos + 1)[0] - 2**63, pos + 9
     if tag == _VER_FLOAT:
@@ -335,7 +352,7 @@ def decode_version(buf: bytes, pos: int) -> tuple[str | int | float, int]:
     if tag == _VER_COUNTER:
         rest, end = decode_str(buf, pos + 9)
         return f"{_U64.unpack_from(buf, pos + 1)[0]:032}.{rest}", end
-    raise ValueError(f"unknown version tag 0x{tag:02x}")
+    raise _damaged(buf, f"unknown version tag {tag!r} at {pos}")
 
 
 def encode_run(run_id: str) -> bytes:
@@ -455,13 +472,19 @@ def decode_write_key(key: bytes) -> tuple[int, int, str, str, str, int]:
     cid, pos = decode_id(key, pos)
     task_path, pos = decode_str(key, pos)
     task_id, pos = decode_str(key, pos)
-    idx = _U32.unpack_from(key, pos)[0] - 2**31
-    return t, n, cid, task_path, task_id, idx
+    return t, n, cid, task_path, task_id, _idx_at(key, pos)
+
+
+def _idx_at(key: bytes, pos: int) -> int:
+    """The ``i32 sign-shifted`` idx at ``pos``, which must end the key."""
+    if pos + 4 != len(key):
+        raise _damaged(key, f"write idx expected at {pos}, key is {len(key)} bytes")
+    return int(_U32.unpack_from(key, pos)[0]) - 2**31
 
 
 def write_idx(key: bytes) -> int:
     """The ``idx`` of a ``writes`` key (its last four bytes)."""
-    return int(_U32.unpack_from(key, len(key) - 4)[0]) - 2**31
+    return _idx_at(key, max(len(key) - 4, 0))
 
 
 def wdep_key(thread: int, ns: int, channel: int) -> bytes:
@@ -473,7 +496,7 @@ def write_suffix(key: bytes, cid_end: int) -> tuple[str, str, int]:
     """Decode (task_path, task_id, idx) from a write key whose id ends at ``cid_end``."""
     task_path, pos = decode_str(key, cid_end)
     task_id, pos = decode_str(key, pos)
-    return task_path, task_id, _U32.unpack_from(key, pos)[0] - 2**31
+    return task_path, task_id, _idx_at(key, pos)
 
 
 def decode_blob_key(key: bytes) -> tuple[int, int, int, str | int | float]:
@@ -485,13 +508,13 @@ def decode_blob_key(key: bytes) -> tuple[int, int, int, str | int | float]:
 
 def decode_run_key(key: bytes) -> tuple[int, int, str]:
     """Return (thread, ns, checkpoint_id) of a ``runs`` key."""
-    tag = key[0]
+    tag = key[0] if key else None
     if tag in (_ID_UUID, _RUN_HASH):
         pos = 17 if tag == _ID_UUID else 33
     elif tag == _ID_STR:
         _, pos = decode_str(key, 1)
     else:
-        raise ValueError(f"unknown run tag 0x{tag:02x}")
+        raise _damaged(key, f"unknown run tag {tag!r}")
     t, pos = decode_uid(key, pos)
     n, pos = decode_uid(key, pos)
     cid, _ = decode_id(key, pos)

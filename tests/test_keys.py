@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from deltalog.engine import keys
-from deltalog.engine.errors import KeyTooLongError
+from deltalog.engine.errors import CorruptRecordError, DamagedKeyError, KeyTooLongError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.base.id import uuid6
@@ -156,3 +157,41 @@ def test_counter_versions_sort_like_strings(items: list[tuple[int, str]]) -> Non
     versions = [f"{c:032}.{r}" for c, r in items]
     encoded = {keys.encode_version(v): v for v in versions}
     assert [encoded[k] for k in sorted(encoded)] == sorted(versions)
+
+
+GOOD_WRITE_KEY = keys.write_key(3, 1, keys.encode_id(str(uuid6())), "path", "task", 2)
+GOOD_BLOB_KEY = keys.blob_key(3, 1, 7, "00000000000000000000000000000002.0.5")
+
+
+@pytest.mark.parametrize(
+    ("decode", "key"),
+    [
+        (keys.decode_checkpoint_key, b""),
+        (keys.decode_checkpoint_key, b"\x20" + bytes(40)),  # uid length byte flipped
+        (keys.decode_checkpoint_key, keys.uid(3) + keys.uid(1) + b"\x10" + bytes(5)),
+        (keys.decode_checkpoint_key, keys.uid(3) + keys.uid(1) + b"\x7f" + bytes(16)),
+        (keys.decode_checkpoint_key, keys.uid(3) + keys.uid(1) + b"\x30abc"),  # no terminator
+        (keys.decode_checkpoint_key, keys.uid(3) + keys.uid(1) + b"\x30\xff\xfe\x00\x00"),
+        (keys.decode_checkpoint_key, keys.uid(3) + keys.uid(1) + b"\x30a\x00\x07"),
+        (keys.decode_write_key, GOOD_WRITE_KEY[:-1]),
+        (keys.decode_write_key, GOOD_WRITE_KEY + b"\x00"),
+        (keys.write_idx, b"\x01"),
+        (keys.decode_blob_key, GOOD_BLOB_KEY[:-30]),
+        (keys.decode_blob_key, GOOD_BLOB_KEY[:9] + b"\x09"),
+        (keys.decode_run_key, b""),
+        (keys.decode_run_key, b"\x99" + bytes(20)),
+    ],
+)
+def test_damaged_keys_raise_a_named_corrupt_record_error(decode: Any, key: bytes) -> None:
+    """LMDB keeps no checksum of keys: undecodable key bytes raise DamagedKeyError (a
+    CorruptRecordError, and still a ValueError) naming the key, never IndexError,
+    struct.error or UnicodeDecodeError."""
+    with pytest.raises(DamagedKeyError, match="deltalog verify") as info:
+        decode(key)
+    assert isinstance(info.value, CorruptRecordError) and isinstance(info.value, ValueError)
+
+
+def test_the_undamaged_keys_of_those_cases_decode() -> None:
+    assert keys.decode_write_key(GOOD_WRITE_KEY)[3:] == ("path", "task", 2)
+    assert keys.write_idx(GOOD_WRITE_KEY) == 2
+    assert keys.decode_blob_key(GOOD_BLOB_KEY) == (3, 1, 7, "00000000000000000000000000000002.0.5")
