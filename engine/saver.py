@@ -453,18 +453,15 @@ class DeltaLogSaver(
                 f"metadata {metadata!r:.80} is not a mapping; pass a CheckpointMetadata dict"
             )
         blobs: builtins.list[BlobRow] = []
-        # Small scalars go into the record, new or not (see INLINE_MAX): a
-        # record must hold every inline value of its checkpoint.
-        inline: dict[str, Typed] = {}
-        for channel, value in values.items():
-            version = new_versions.get(channel)
-            scalar = type(value) in _SCALARS
-            if version is None and not scalar:
-                continue  # stored with the checkpoint that made this version
+        inline: dict[str, Typed] = {}  # small scalars: held by the record (INLINE_MAX)
+        for channel, version in new_versions.items():
+            if channel not in values:
+                continue
+            value = values[channel]
             typed = self._dumps(value, f"channel {channel!r}")
-            if scalar and len(typed[1]) <= INLINE_MAX:
+            if type(value) in _SCALARS and len(typed[1]) <= INLINE_MAX:
                 inline[channel] = typed
-            elif version is not None:
+            else:
                 blobs.append(BlobRow(channel, version, typed))
         thread_id, checkpoint_ns, parent_id = _parse_config(config)
         checkpoint_id = checkpoint["id"]
@@ -488,12 +485,14 @@ class DeltaLogSaver(
         # delete_for_runs must keep a chain (or write a seed) for (R7).
         counters = full_metadata.get("counters_since_delta_snapshot") or {}
         delta = sorted(c for c in counters if isinstance(c, str))
-        for channel in [c for c in inline if c in counters or c not in versions]:
-            # Seeds of delta channels stay blobs, and a value of a channel the
-            # checkpoint has no version of is not part of it (as for blobs).
-            typed = inline.pop(channel)
-            if channel in new_versions:
-                blobs.append(BlobRow(channel, new_versions[channel], typed))
+        for channel in [c for c in inline if c not in versions]:
+            # A value the checkpoint has no version of is no part of it: a blob
+            # stores it as before, where no read finds it.
+            blobs.append(BlobRow(channel, new_versions[channel], inline.pop(channel)))
+        # Unchanged versions whose value the parent record holds are copied into
+        # this record (put_checkpoint), whether or not the graph still has the
+        # channel: the value of a version is what was stored when it was new.
+        carry = [c for c in versions if c not in new_versions]
 
         def op(w: WriteTxn) -> None:
             w.put_checkpoint(
@@ -508,6 +507,7 @@ class DeltaLogSaver(
                 blobs=blobs,
                 delta=delta,
                 inline=inline,
+                carry=carry,
             )
 
         return op, _config(thread_id, checkpoint_ns, checkpoint_id)

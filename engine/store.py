@@ -139,7 +139,18 @@ class _RawNode:
 
 def _inline_of(rec: Any) -> dict[str, Any]:
     """The values a checkpoint record holds itself (format 3): channel → [type, bytes]."""
-    return rec[9] if len(rec) > 9 else {}
+    if len(rec) <= 9:
+        return {}
+    held = rec[9]
+    if not isinstance(held, dict) or not all(
+        isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) and isinstance(v[1], bytes)
+        for v in held.values()
+    ):
+        raise CorruptRecordError(
+            f"checkpoint record holds inline values of an unexpected shape ({held!r:.80}); "
+            "run `deltalog verify`"
+        )
+    return held
 
 
 def _inline_value(key: bytes, channel: str, typed: Any) -> StoredValue:
@@ -357,21 +368,22 @@ class ReadTxn:
             inline=_inline_of(rec),
         )
 
-    def envelope(
-        self, t: int, n: int, checkpoint_id: str
-    ) -> tuple[str | None, dict[str, Version]] | None:
-        """Parent id and channel versions of one checkpoint (no serde decoding)."""
-        key = keys.checkpoint_key(t, n, keys.encode_id(checkpoint_id))
-        raw = self.txn.get(key, db=self.dbs.checkpoints)
-        if raw is None:
-            return None
-        rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
-        try:
-            return _parent_out(rec[0]), rec[1]
-        except Exception as exc:
-            raise CorruptRecordError(
-                f"record checkpoints/{key.hex()} has an unexpected shape ({exc})"
-            ) from exc
+    def _envelope(self, key: bytes, raw: bytes) -> tuple[Any, dict[str, Version], dict[str, Any]]:
+        """(parent bytes, channel versions, inline values) of checkpoint record ``raw``,
+        through the store's envelope cache (shared dicts: read them, never change them)."""
+        envelopes = self.store.envelopes
+        cached = envelopes.get(raw)
+        if cached is None:
+            rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
+            try:
+                cached = envelopes.put(raw, (rec[0], dict(rec[1]), _inline_of(rec)))
+            except CorruptRecordError:
+                raise
+            except Exception as exc:
+                raise CorruptRecordError(
+                    f"record checkpoints/{key.hex()} has an unexpected shape ({exc})"
+                ) from exc
+        return cached
 
     def latest_key(self, t: int, n: int) -> bytes | None:
         """Key of the greatest checkpoint id in (thread, ns): one cursor seek (R4)."""
@@ -627,18 +639,8 @@ class ReadTxn:
         raw = self.txn.get(target, db=self.dbs.checkpoints)
         if raw is None:
             return _histories(walk)
-        envelopes = self.store.envelopes
         try:
-            cached = envelopes.get(raw)
-            if cached is None:
-                rec = self.codec.decode(raw, f"checkpoints/{target.hex()}")
-                try:
-                    cached = envelopes.put(raw, (rec[0], rec[1], _inline_of(rec)))
-                except Exception as exc:
-                    raise CorruptRecordError(
-                        f"record checkpoints/{target.hex()} has an unexpected shape ({exc})"
-                    ) from exc
-            parent_id = _parent_out(cached[0])
+            parent_id = _parent_out(self._envelope(target, raw)[0])
         except CorruptRecordError as exc:
             raise self._damaged(t, n, checkpoint_id, exc) from exc
         memo = self.store.memo
@@ -688,11 +690,7 @@ class ReadTxn:
             if raw is None:
                 break
             try:
-                cached = envelopes.get(raw)
-                if cached is None:
-                    rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
-                    cached = envelopes.put(raw, (rec[0], rec[1], _inline_of(rec)))
-                parent, versions, inline = cached
+                parent, versions, inline = self._envelope(key, raw)
                 seeds: dict[str, StoredValue] = {}
                 for channel in walk.remaining:
                     version = versions.get(channel)
@@ -1469,14 +1467,17 @@ class WriteTxn(ReadTxn):
         delta: Sequence[str] = (),
         flags: int = 0,
         inline: Mapping[str, Typed] | None = None,
+        carry: Sequence[str] = (),
     ) -> None:
         """Store a checkpoint record, its new blobs and its run-index entry.
 
         A blob key that already exists is left alone: versions are unique per
         value (get_next_version adds a random suffix), so the first writer wins.
-        ``inline`` values (see ``INLINE_MAX``) go into the record itself; the
-        record must hold every such value of the checkpoint, new or not, since
-        no blob is written for them.
+        ``inline`` values (new versions, see ``INLINE_MAX``) go into the record
+        itself, as do the values the parent record holds of the ``carry``
+        channels (those whose version did not change) at the same versions:
+        no blob exists for them, so every record holds the inline values of
+        all its versions, and reads never look further than the record.
         """
         cid = keys.encode_id(checkpoint_id)
         if parent_id is not None:
@@ -1485,7 +1486,17 @@ class WriteTxn(ReadTxn):
         n = self.intern(keys.KIND_NS, checkpoint_ns)
         for blob in blobs:
             self.put_blob(t, n, blob.channel, blob.version, blob.value, before=cid)
-        for channel in inline or ():
+        held = dict(inline or {})
+        if carry and parent_id is not None:
+            pkey = keys.checkpoint_key(t, n, keys.encode_id(parent_id))
+            praw = self.txn.get(pkey, db=self.dbs.checkpoints)
+            if praw is not None:
+                _, pversions, pinline = self._envelope(pkey, praw)
+                for channel in carry:
+                    typed = pinline.get(channel)
+                    if typed is not None and pversions.get(channel) == channel_versions[channel]:
+                        held.setdefault(channel, typed)
+        for channel in held:
             # Interned like any stored channel: a name without an id is one
             # that nothing in the store holds (the delta walk relies on it).
             self.intern(keys.KIND_CHANNEL, channel)
@@ -1513,8 +1524,8 @@ class WriteTxn(ReadTxn):
             run_id,
             list(delta),
         ]
-        if inline:
-            record.append({c: list(typed) for c, typed in inline.items()})
+        if held:
+            record.append({c: list(typed) for c, typed in held.items()})
         self.txn.put(key, self.codec.encode(record), db=self.dbs.checkpoints)
         if run_id is not None:
             self.txn.put(keys.run_key(keys.encode_run(run_id), t, n, cid), b"", db=self.dbs.runs)

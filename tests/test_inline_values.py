@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import enum
+import operator
+import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from deltalog.engine import DeltaLogSaver, keys
 from deltalog.engine import saver as saver_module
 from deltalog.engine.store import INLINE_MAX
+from langchain_core.runnables import RunnableConfig
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
 
 from tests.checkpoints import at, checkpoint_id, new_checkpoint, put_values
 
@@ -157,3 +162,138 @@ def test_records_without_held_values_still_read(
     assert saver.get_tuple(first).checkpoint["channel_values"] == {"a": "one", "b": 2}  # type: ignore[union-attr]
     assert saver.get_tuple(second).checkpoint["channel_values"] == {"a": "two", "b": 2}  # type: ignore[union-attr]
     assert saver.get_tuple(at("t", checkpoint_id(second))) is not None
+
+
+# -- real graphs whose schema changes between runs (LangGraph keeps every old version) --
+
+
+class WithStatus(TypedDict, total=False):
+    status: str
+    note: str
+
+
+class WithoutStatus(TypedDict, total=False):
+    note: str
+
+
+def add(total: int, updates: list[int]) -> int:
+    return total + sum(updates)
+
+
+class PlainCount(TypedDict):
+    count: Annotated[int, operator.add]
+    note: str
+
+
+class DeltaCount(TypedDict):
+    count: Annotated[int, DeltaChannel(add)]
+    note: str
+
+
+def one_node(schema: Any, update: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
+    builder: StateGraph[Any] = StateGraph(schema)
+    builder.add_node("n", update)
+    builder.add_edge(START, "n")
+    builder.add_edge("n", END)
+    return builder
+
+
+def observed(saver: BaseCheckpointSaver[Any], graph: Any, channel: str) -> Any:
+    """Every checkpoint's values, the state, and the delta history of ``channel``."""
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+    tuples = list(saver.list(config))
+    history = saver.get_delta_channel_history(config=tuples[0].config, channels=[channel])
+    return (
+        [t.checkpoint["channel_values"] for t in tuples],
+        graph.get_state(config).values,
+        {c: (h.get("seed"), [w[1:] for w in h["writes"]]) for c, h in history.items()},
+    )
+
+
+def both(make_saver: Callable[..., DeltaLogSaver], steps: Callable[[Any], Any]) -> None:
+    """``steps`` gives the same observations on deltalog as on InMemorySaver."""
+    assert steps(make_saver()) == steps(InMemorySaver())
+
+
+def test_a_channel_the_graph_dropped_keeps_its_value_for_a_rollback(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """A deploy without ``status``, then a rollback: LangGraph keeps the dropped
+    channel's version in every checkpoint, and the value must stay readable."""
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+
+    def steps(saver: Any) -> Any:
+        one_node(WithStatus, lambda s: {"status": "approved", "note": "a"}).compile(
+            checkpointer=saver
+        ).invoke({"note": "x"}, config)
+        for note in ("y", "z"):
+            one_node(WithoutStatus, lambda s: {"note": s["note"] + "b"}).compile(
+                checkpointer=saver
+            ).invoke({"note": note}, config)
+        back = one_node(WithStatus, lambda s: {"note": s["note"] + "c"}).compile(checkpointer=saver)
+        return observed(saver, back, "status")
+
+    both(make_saver, steps)
+    saver = make_saver()
+    assert steps(saver)[1]["status"] == "approved"
+    saver.prune(["t"])  # the checkpoints that first held the value go
+    back = one_node(WithStatus, lambda s: {"note": s["note"]}).compile(checkpointer=saver)
+    assert back.get_state(config).values["status"] == "approved"
+
+
+def test_a_scalar_channel_moved_to_delta_channel_reads_like_in_memory(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """``count`` was a plain reducer channel, then a DeltaChannel: its last plain
+    value is still the value of its version, and the seed of its history."""
+
+    def steps(saver: Any) -> Any:
+        config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+        one_node(PlainCount, lambda s: {"count": 1, "note": "a"}).compile(
+            checkpointer=saver
+        ).invoke({"count": 1, "note": "x"}, config)
+        graph = one_node(DeltaCount, lambda s: {"note": s["note"] + "b"}).compile(
+            checkpointer=saver
+        )
+        graph.invoke({"note": "y"}, config)
+        return observed(saver, graph, "count")
+
+    both(make_saver, steps)
+
+
+def test_a_delta_channel_moved_to_a_plain_channel_reads_like_in_memory(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    def steps(saver: Any) -> Any:
+        config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+        one_node(DeltaCount, lambda s: {"count": 1, "note": "a"}).compile(
+            checkpointer=saver
+        ).invoke({"count": 1, "note": "x"}, config)
+        graph = one_node(PlainCount, lambda s: {"note": s["note"] + "b"}).compile(
+            checkpointer=saver
+        )
+        graph.invoke({"note": "y"}, config)
+        return observed(saver, graph, "count")
+
+    both(make_saver, steps)
+
+
+def test_runs_of_a_moved_channel_delete_and_prune(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """Deleting the run that wrote ``count`` as a plain channel keeps the state: the
+    later checkpoints hold its value, so they seed the delta chain themselves."""
+    saver = make_saver()
+    first, second = str(uuid.uuid4()), str(uuid.uuid4())
+    one_node(PlainCount, lambda s: {"count": 1, "note": "a"}).compile(checkpointer=saver).invoke(
+        {"count": 1, "note": "x"}, {"configurable": {"thread_id": "t", "run_id": first}}
+    )
+    graph = one_node(DeltaCount, lambda s: {"note": s["note"] + "b"}).compile(checkpointer=saver)
+    graph.invoke({"note": "y"}, {"configurable": {"thread_id": "t", "run_id": second}})
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+    before = graph.get_state(config).values
+    assert saver.delete_for_runs([first]).checkpoints > 0
+    assert graph.get_state(config).values == before
+    saver.prune(["t"])
+    assert graph.get_state(config).values == before
+    assert saver.verify().ok
