@@ -307,7 +307,7 @@ class DeltaLogSaver(
             thread_id, _, only_id = _parse_config(config)
             ns = config["configurable"].get("checkpoint_ns")
             scope = (thread_id, ns)
-        before_id = _parse_config(before)[2] if before is not None else None
+        before_id = _before_id(before)
         before_key = keys.encode_id(before_id) if before_id is not None else None
         remaining = limit
         if remaining is not None and remaining <= 0:
@@ -1215,6 +1215,25 @@ def _parse_config(config: Any) -> tuple[str, str, str | None]:
             f"checkpoint_id {checkpoint_id!r} is a {type(checkpoint_id).__name__}; pass a str"
         )
     return thread_id, ns, checkpoint_id
+
+
+def _before_id(before: Any) -> str | None:
+    """The checkpoint id of ``list``'s ``before`` config. Only the id counts: LangGraph's
+    replay passes ``{"configurable": {"checkpoint_id": ...}}`` with no thread_id."""
+    if before is None:
+        return None
+    if not isinstance(before, Mapping) or not isinstance(before.get("configurable"), Mapping):
+        raise ConfigError(
+            f"before {before!r:.80} is not a config; pass "
+            "{'configurable': {'checkpoint_id': ...}}"
+        )
+    checkpoint_id = before["configurable"].get("checkpoint_id") or None
+    if checkpoint_id is not None and not isinstance(checkpoint_id, str):
+        raise ConfigError(
+            f"before's checkpoint_id {checkpoint_id!r} is a {type(checkpoint_id).__name__}; "
+            "pass a str"
+        )
+    return checkpoint_id
 
 
 def _apply_plans(

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deltalog.engine import DeltaLogSaver
+from deltalog.engine import ConfigError, DeltaLogSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
+from .checkpoints import put_values
 from .graphs import (
     ASYNC_PROGRAMS,
     PROGRAMS,
@@ -81,3 +82,66 @@ def test_reopen_gives_same_states(tmp_path: Path) -> None:
     for turn in range(9):
         graph.invoke({"messages": [human(turn)]}, config)
     assert after == observe(graph.get_state(config))
+
+
+def test_replay_before_a_checkpointed_subgraph_matches_inmemory(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """Replaying from a checkpoint before a subgraph with its own checkpointer:
+    LangGraph then calls ``list(config, before={"configurable": {"checkpoint_id":
+    ...}})`` with no thread_id in ``before``, which must be accepted."""
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import Command, interrupt
+
+    class State(TypedDict, total=False):
+        status: str
+        n: int
+        note: str
+
+    def build(saver: Any) -> Any:
+        sub: StateGraph[Any] = StateGraph(State)
+        sub.add_node("sa", lambda s: {"status": "sub-a", "n": s.get("n", 0) + 10})
+        sub.add_node("sask", lambda s: {"note": interrupt("sub?")})
+        sub.add_edge(START, "sa")
+        sub.add_edge("sa", "sask")
+        sub.add_edge("sask", END)
+        outer: StateGraph[Any] = StateGraph(State)
+        outer.add_node("pre", lambda s: {"status": "pre", "n": 1})
+        outer.add_node("sub", sub.compile(checkpointer=True))
+        outer.add_edge(START, "pre")
+        outer.add_edge("pre", "sub")
+        outer.add_edge("sub", END)
+        return outer.compile(checkpointer=saver)
+
+    def replay(saver: Any) -> Any:
+        config = {"configurable": {"thread_id": "t"}}
+        app = build(saver)
+        app.invoke({"status": "s"}, config)
+        app.invoke(Command(resume="answer"), config)
+        before_sub = next(h for h in app.get_state_history(config) if h.next == ("sub",))
+        result = app.invoke(None, before_sub.config)
+        sub_state = app.get_state(config, subgraphs=True).tasks[0].state
+        return (
+            {k: v for k, v in result.items() if k != "__interrupt__"},
+            [i.value for i in result["__interrupt__"]],
+            sub_state.values,  # type: ignore[union-attr]
+        )
+
+    assert replay(make_saver()) == replay(InMemorySaver())
+
+
+def test_list_before_needs_only_a_checkpoint_id(make_saver: Callable[..., DeltaLogSaver]) -> None:
+    saver = make_saver()
+    config = put_values(saver, "t", {"x": 1})
+    for i in range(3):
+        config = put_values(saver, "t", {"x": i}, parent=config)
+    every = list(saver.list({"configurable": {"thread_id": "t"}}))
+    newest = every[0].config["configurable"]["checkpoint_id"]
+    bare = {"configurable": {"checkpoint_id": newest}}
+    assert [t.config for t in saver.list({"configurable": {"thread_id": "t"}}, before=bare)] == [
+        t.config for t in every[1:]
+    ]
+    with pytest.raises(ConfigError, match="before"):
+        list(saver.list(None, before="not a config"))  # type: ignore[arg-type]
