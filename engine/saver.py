@@ -85,6 +85,7 @@ _LIST_CHUNK = 32
 # such as enums go to blobs). The same set LangGraph's PostgresSaver keeps in
 # its checkpoint row; lists and dicts (growing values, delta seeds) never.
 _SCALARS: Final = frozenset({type(None), bool, int, float, str})
+_ABSENT: Final = object()
 
 
 class DeltaLogSaver(
@@ -489,10 +490,21 @@ class DeltaLogSaver(
             # A value the checkpoint has no version of is no part of it: a blob
             # stores it as before, where no read finds it.
             blobs.append(BlobRow(channel, new_versions[channel], inline.pop(channel)))
-        # Unchanged versions whose value the parent record holds are copied into
-        # this record (put_checkpoint), whether or not the graph still has the
-        # channel: the value of a version is what was stored when it was new.
+        # Unchanged versions: put_checkpoint copies the parent record's inline
+        # value of each, whether or not the graph still has the channel (the
+        # value of a version is what was stored when it was new). Where the
+        # parent does not have the version (a "__copy__" fork's parent is the
+        # copied checkpoint's parent; no parent), a small scalar this put passes
+        # is held instead. Scalars are immutable: keeping references is a snapshot.
         carry = [c for c in versions if c not in new_versions]
+        passed = {c: values[c] for c in carry if c in values and type(values[c]) in _SCALARS}
+
+        def fallback(channel: str) -> Typed | None:
+            value = passed.get(channel, _ABSENT)
+            if value is _ABSENT:
+                return None
+            typed = self._dumps(value, f"channel {channel!r}")
+            return typed if len(typed[1]) <= INLINE_MAX else None
 
         def op(w: WriteTxn) -> None:
             w.put_checkpoint(
@@ -508,6 +520,7 @@ class DeltaLogSaver(
                 delta=delta,
                 inline=inline,
                 carry=carry,
+                fallback=fallback,
             )
 
         return op, _config(thread_id, checkpoint_ns, checkpoint_id)

@@ -1468,6 +1468,7 @@ class WriteTxn(ReadTxn):
         flags: int = 0,
         inline: Mapping[str, Typed] | None = None,
         carry: Sequence[str] = (),
+        fallback: Callable[[str], Typed | None] | None = None,
     ) -> None:
         """Store a checkpoint record, its new blobs and its run-index entry.
 
@@ -1477,7 +1478,9 @@ class WriteTxn(ReadTxn):
         itself, as do the values the parent record holds of the ``carry``
         channels (those whose version did not change) at the same versions:
         no blob exists for them, so every record holds the inline values of
-        all its versions, and reads never look further than the record.
+        all its versions, and reads never look further than the record. A
+        ``carry`` channel whose version the parent lacks (or with no parent)
+        takes ``fallback(channel)``, the caller's own small value, if any.
         """
         cid = keys.encode_id(checkpoint_id)
         if parent_id is not None:
@@ -1487,15 +1490,22 @@ class WriteTxn(ReadTxn):
         for blob in blobs:
             self.put_blob(t, n, blob.channel, blob.version, blob.value, before=cid)
         held = dict(inline or {})
-        if carry and parent_id is not None:
-            pkey = keys.checkpoint_key(t, n, keys.encode_id(parent_id))
-            praw = self.txn.get(pkey, db=self.dbs.checkpoints)
-            if praw is not None:
-                _, pversions, pinline = self._envelope(pkey, praw)
-                for channel in carry:
+        if carry:
+            pversions: dict[str, Version] = {}
+            pinline: dict[str, Any] = {}
+            if parent_id is not None:
+                pkey = keys.checkpoint_key(t, n, keys.encode_id(parent_id))
+                praw = self.txn.get(pkey, db=self.dbs.checkpoints)
+                if praw is not None:
+                    _, pversions, pinline = self._envelope(pkey, praw)
+            for channel in carry:
+                if channel in pversions and pversions[channel] == channel_versions[channel]:
+                    # The parent settles it: its inline value, else a blob or empty.
                     typed = pinline.get(channel)
-                    if typed is not None and pversions.get(channel) == channel_versions[channel]:
-                        held.setdefault(channel, typed)
+                else:
+                    typed = fallback(channel) if fallback is not None else None
+                if typed is not None:
+                    held.setdefault(channel, typed)
         for channel in held:
             # Interned like any stored channel: a name without an id is one
             # that nothing in the store holds (the delta walk relies on it).

@@ -18,6 +18,7 @@ from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
 
 from tests.checkpoints import at, checkpoint_id, new_checkpoint, put_values
 
@@ -297,3 +298,52 @@ def test_runs_of_a_moved_channel_delete_and_prune(
     saver.prune(["t"])
     assert graph.get_state(config).values == before
     assert saver.verify().ok
+
+
+class Steps(TypedDict, total=False):
+    status: str
+    n: int
+    note: str
+
+
+def ask(state: Steps) -> Steps:
+    return {"note": interrupt("approve?"), "status": "asked"}
+
+
+def three_steps() -> StateGraph[Any]:
+    builder: StateGraph[Any] = StateGraph(Steps)
+    builder.add_node("a", lambda s: {"status": "a-done", "n": s.get("n", 0) + 1})
+    builder.add_node("ask", ask)
+    builder.add_node("b", lambda s: {"status": "b-done"})
+    builder.add_edge(START, "a")
+    builder.add_edge("a", "ask")
+    builder.add_edge("ask", "b")
+    builder.add_edge("b", END)
+    return builder
+
+
+def test_copy_forks_hold_the_values_of_the_copied_checkpoint(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """``update_state(..., as_node="__copy__")`` puts the copy with the copied
+    checkpoint's *parent* as parent and no new versions: the values the copied
+    checkpoint changed itself (and its pending triggers) must come along."""
+
+    def steps(saver: Any) -> Any:
+        config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+        app = three_steps().compile(checkpointer=saver)
+        app.invoke({"status": "start", "n": 0}, config)
+        interrupted = app.get_state(config)
+        copies = []
+        for snap in list(app.get_state_history(config)):
+            copy = app.update_state(snap.config, None, as_node="__copy__")
+            state = app.get_state(copy)
+            copies.append((state.values, state.next))
+        copy = app.update_state(interrupted.config, None, as_node="__copy__")
+        resumed = app.invoke(Command(resume="yes"), copy)
+        return copies, resumed, [t.checkpoint["channel_values"] for t in saver.list(config)]
+
+    both(make_saver, steps)
+    copies, resumed, _ = steps(make_saver())
+    assert copies[0] == ({"status": "a-done", "n": 1}, ("ask",))
+    assert resumed == {"status": "b-done", "n": 1, "note": "yes"}
