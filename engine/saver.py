@@ -85,7 +85,6 @@ _LIST_CHUNK = 32
 # such as enums go to blobs). The same set LangGraph's PostgresSaver keeps in
 # its checkpoint row; lists and dicts (growing values, delta seeds) never.
 _SCALARS: Final = frozenset({type(None), bool, int, float, str})
-_ABSENT: Final = object()
 
 
 class DeltaLogSaver(
@@ -500,10 +499,9 @@ class DeltaLogSaver(
         passed = {c: values[c] for c in carry if c in values and type(values[c]) in _SCALARS}
 
         def fallback(channel: str) -> Typed | None:
-            value = passed.get(channel, _ABSENT)
-            if value is _ABSENT:
+            if channel not in passed:
                 return None
-            typed = self._dumps(value, f"channel {channel!r}")
+            typed = self._dumps(passed[channel], f"channel {channel!r}")
             return typed if len(typed[1]) <= INLINE_MAX else None
 
         def op(w: WriteTxn) -> None:
@@ -1222,12 +1220,17 @@ def _parse_config(config: Any) -> tuple[str, str, str | None]:
     ns = conf.get("checkpoint_ns") or ""
     if not isinstance(ns, str):
         raise ConfigError(f"checkpoint_ns {ns!r} is a {type(ns).__name__}; pass a str")
+    return thread_id, ns, _checkpoint_id_of(conf, "checkpoint_id")
+
+
+def _checkpoint_id_of(conf: Mapping[str, Any], what: str) -> str | None:
+    """``conf["checkpoint_id"]`` (None when absent or empty), checked to be a str."""
     checkpoint_id = conf.get("checkpoint_id") or None
     if checkpoint_id is not None and not isinstance(checkpoint_id, str):
         raise ConfigError(
-            f"checkpoint_id {checkpoint_id!r} is a {type(checkpoint_id).__name__}; pass a str"
+            f"{what} {checkpoint_id!r} is a {type(checkpoint_id).__name__}; pass a str"
         )
-    return thread_id, ns, checkpoint_id
+    return checkpoint_id
 
 
 def _before_id(before: Any) -> str | None:
@@ -1240,13 +1243,7 @@ def _before_id(before: Any) -> str | None:
             f"before {before!r:.80} is not a config; pass "
             "{'configurable': {'checkpoint_id': ...}}"
         )
-    checkpoint_id = before["configurable"].get("checkpoint_id") or None
-    if checkpoint_id is not None and not isinstance(checkpoint_id, str):
-        raise ConfigError(
-            f"before's checkpoint_id {checkpoint_id!r} is a {type(checkpoint_id).__name__}; "
-            "pass a str"
-        )
-    return checkpoint_id
+    return _checkpoint_id_of(before["configurable"], "before's checkpoint_id")
 
 
 def _apply_plans(

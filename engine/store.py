@@ -375,14 +375,11 @@ class ReadTxn:
         cached = envelopes.get(raw)
         if cached is None:
             rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
-            try:
-                cached = envelopes.put(raw, (rec[0], dict(rec[1]), _inline_of(rec)))
-            except CorruptRecordError:
-                raise
-            except Exception as exc:
+            if len(rec) < 2 or not isinstance(rec[1], dict):
                 raise CorruptRecordError(
-                    f"record checkpoints/{key.hex()} has an unexpected shape ({exc})"
-                ) from exc
+                    f"record checkpoints/{key.hex()} has an unexpected shape (no versions map)"
+                )
+            cached = envelopes.put(raw, (rec[0], rec[1], _inline_of(rec)))
         return cached
 
     def latest_key(self, t: int, n: int) -> bytes | None:
@@ -1065,17 +1062,28 @@ class ReadTxn:
         # version, unless a blob of that version exists): a portable stream
         # needs no format-3 reader, and importing it stores them as blobs.
         held: dict[tuple[int, str, Version], list[Any]] = {}
+
+        def blob(n: int, channel: str, version: Version, typed: Sequence[Any]) -> dict[str, Any]:
+            return {
+                "kind": "blob",
+                "thread_id": thread_id,
+                "checkpoint_ns": self.name_of(keys.KIND_NS, n),
+                "channel": channel,
+                "version": version,
+                "value": [typed[0], typed[1]],
+            }
+
         for key, raw in self.iter_checkpoint_keys(prefix, start=None, reverse=False):
             rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
-            n = keys.decode_checkpoint_key(key)[1]
+            _, n, cid = keys.decode_checkpoint_key(key)
             for channel, typed in _inline_of(rec).items():
                 if channel in rec[1]:
                     held.setdefault((n, channel, rec[1][channel]), typed)
             yield {
                 "kind": "checkpoint",
                 "thread_id": thread_id,
-                "checkpoint_ns": self.name_of(keys.KIND_NS, keys.decode_checkpoint_key(key)[1]),
-                "checkpoint_id": keys.decode_checkpoint_key(key)[2],
+                "checkpoint_ns": self.name_of(keys.KIND_NS, n),
+                "checkpoint_id": cid,
                 "parent_id": _parent_out(rec[0]),
                 "channel_versions": rec[1],
                 "checkpoint": [rec[2], rec[3]],
@@ -1089,27 +1097,12 @@ class ReadTxn:
         while ok and cur.key().startswith(prefix):
             key = cur.key()
             _, n, c, version = keys.decode_blob_key(key)
-            rec = self.blob_typed(key, cur.value())
             channel = self.name_of(keys.KIND_CHANNEL, c)
             held.pop((n, channel, version), None)
-            yield {
-                "kind": "blob",
-                "thread_id": thread_id,
-                "checkpoint_ns": self.name_of(keys.KIND_NS, n),
-                "channel": channel,
-                "version": version,
-                "value": [rec[0], rec[1]],
-            }
+            yield blob(n, channel, version, self.blob_typed(key, cur.value()))
             ok = cur.next()
         for (n, channel, version), typed in held.items():
-            yield {
-                "kind": "blob",
-                "thread_id": thread_id,
-                "checkpoint_ns": self.name_of(keys.KIND_NS, n),
-                "channel": channel,
-                "version": version,
-                "value": [typed[0], typed[1]],
-            }
+            yield blob(n, channel, version, typed)
         cur = self.txn.cursor(db=self.dbs.writes)
         ok = cur.set_range(prefix)
         while ok and cur.key().startswith(prefix):
