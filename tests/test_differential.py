@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from deltalog.engine import ConfigError, DeltaLogSaver
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
 from .checkpoints import put_values
@@ -139,7 +140,7 @@ def test_list_before_needs_only_a_checkpoint_id(make_saver: Callable[..., DeltaL
         config = put_values(saver, "t", {"x": i}, parent=config)
     every = list(saver.list({"configurable": {"thread_id": "t"}}))
     newest = every[0].config["configurable"]["checkpoint_id"]
-    bare = {"configurable": {"checkpoint_id": newest}}
+    bare: RunnableConfig = {"configurable": {"checkpoint_id": newest}}
     assert [t.config for t in saver.list({"configurable": {"thread_id": "t"}}, before=bare)] == [
         t.config for t in every[1:]
     ]

@@ -752,7 +752,7 @@ def test_older_format_store_opens_and_is_marked_current(
         try:
             meta = env.open_db(b"meta", create=False)
             with env.begin() as txn:
-                return ormsgpack.unpackb(txn.get(b"format_version", db=meta))
+                return ormsgpack.unpackb(txn.get(b"format_version", db=meta) or b"")
         finally:
             env.close()
 

@@ -10,14 +10,16 @@ for a correct one.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from deltalog.channels.replay import Reducer
 from deltalog.engine import DeltaLogSaver, keys
 from deltalog.engine.store import Store
 from langchain_core.messages import AIMessage, HumanMessage
@@ -28,6 +30,10 @@ from langgraph.graph.message import _messages_delta_reducer
 
 from tests.checkpoints import at
 from tests.graphs import cfg, chat_graph, human
+
+# LangGraph types its own batch reducer with list parameters; DeltaChannel (and
+# deltalog's reducers=) accept any Callable[[Any, Sequence[Any]], Any].
+MESSAGES_REDUCER = cast(Reducer, _messages_delta_reducer)
 
 CHANNELS = ["messages"]
 
@@ -98,7 +104,7 @@ def run_turns(graph: Any, thread_id: str, turns: range, **extra: Any) -> None:
         graph.invoke({"messages": [human(turn)]}, config)
 
 
-def message_ids(history: dict[str, Any]) -> list[str]:
+def message_ids(history: Mapping[str, Any]) -> list[str]:
     """Ids of every message in a decoded history (seed first, then writes)."""
     entry = history["messages"]
     out = [m.id for m in entry["seed"].value] if "seed" in entry else []
@@ -225,7 +231,7 @@ def test_maintenance_then_read(sf: int, make_saver: Callable[..., DeltaLogSaver]
     assert_all_same(saver, "t", seed=2)
 
     runs = [r for r in dict.fromkeys(t.metadata.get("run_id") for t in saver.list(cfg("t"))) if r]
-    saver.delete_for_runs([runs[2]], reducers={"messages": _messages_delta_reducer})
+    saver.delete_for_runs([runs[2]], reducers={"messages": MESSAGES_REDUCER})
     assert_all_same(saver, "t", seed=3)
 
     saver.copy_thread("t", "copy")
@@ -384,7 +390,7 @@ def test_mutating_returned_values_changes_nothing(make_saver: Callable[..., Delt
     saver = make_saver()
     graph = chat_graph(10).compile(checkpointer=saver)
 
-    def vandalize(history: dict[str, Any]) -> None:
+    def vandalize(history: Mapping[str, Any]) -> None:
         entry = history["messages"]
         for _, _, value in entry["writes"]:
             for m in value:
@@ -499,7 +505,7 @@ def test_concurrent_writers_and_readers(tmp_path: Path) -> None:
                 cold = r.delta_history(*ids, None, CHANNELS)
                 assert {c: (h.seed, list(h.writes)) for c, h in warm.items()} == cold
 
-    writers = [threading.Thread(target=guard(lambda t=t: writer(t))) for t in threads]
+    writers = [threading.Thread(target=guard(functools.partial(writer, t))) for t in threads]
     others = [threading.Thread(target=guard(late_writer)), threading.Thread(target=guard(reader))]
     for th in writers + others:
         th.start()

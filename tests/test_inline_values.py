@@ -50,6 +50,12 @@ def put_child(
     return saver.put(parent, checkpoint, {"source": "loop", "step": 1}, new)
 
 
+def next_version(saver: BaseCheckpointSaver[Any], current: object) -> Any:
+    """The version after ``current``; both savers here number channels with strings."""
+    assert isinstance(current, str), current
+    return saver.get_next_version(current, None)
+
+
 SMALL: dict[str, Any] = {
     "none": None,
     "flag": True,
@@ -81,7 +87,7 @@ def test_an_unchanged_value_is_read_from_each_checkpoint_that_has_it(
     for saver in (make_saver(), InMemorySaver()):
         first = put_values(saver, "t", {"a": "one", "b": 1})
         v1 = saver.get_tuple(first).checkpoint["channel_versions"]  # type: ignore[union-attr]
-        a2 = saver.get_next_version(v1["a"], None)
+        a2 = next_version(saver, v1["a"])
         second = put_child(saver, first, {"a": "two", "b": 1}, {**v1, "a": a2}, {"a": a2})
         third = put_child(saver, second, {"b": 1}, {"b": v1["b"]}, {})
         results.append(
@@ -100,7 +106,7 @@ def test_a_held_value_seeds_a_delta_history_like_a_blob(
         first = put_values(saver, "t", {"text": "hello"})
         saver.put_writes(first, [("text", " world")], "task-1")
         versions = saver.get_tuple(first).checkpoint["channel_versions"]  # type: ignore[union-attr]
-        bumped = saver.get_next_version(versions["text"], None)
+        bumped = next_version(saver, versions["text"])
         second = put_child(saver, first, {}, {"text": bumped}, {"text": bumped})
         history = saver.get_delta_channel_history(config=second, channels=["text"])["text"]
         results.append(
@@ -122,7 +128,7 @@ def test_prune_counts_a_held_value_as_a_seed(make_saver: Callable[..., DeltaLogS
     for i in range(3):
         saver.put_writes(config, [("text", f" {i}")], f"task-{i}")
         versions = saver.get_tuple(config).checkpoint["channel_versions"]  # type: ignore[union-attr]
-        bumped = saver.get_next_version(versions["text"], None)
+        bumped = next_version(saver, versions["text"])
         config = put_child(saver, config, {}, {"text": bumped}, {"text": bumped})
     with saver.store.read() as r:
         t, n = r.ids("t", "")  # type: ignore[misc]
@@ -157,7 +163,7 @@ def test_records_without_held_values_still_read(
     assert blob_channels(saver) == {"a", "b"}
     monkeypatch.undo()
     v1 = saver.get_tuple(first).checkpoint["channel_versions"]  # type: ignore[union-attr]
-    a2 = saver.get_next_version(v1["a"], None)
+    a2 = next_version(saver, v1["a"])
     second = put_child(saver, first, {"a": "two", "b": 2}, {**v1, "a": a2}, {"a": a2})
     assert blob_channels(saver) == {"a", "b"}  # "two" is held by the record
     assert saver.get_tuple(first).checkpoint["channel_values"] == {"a": "one", "b": 2}  # type: ignore[union-attr]
@@ -193,7 +199,9 @@ class DeltaCount(TypedDict):
 
 def one_node(schema: Any, update: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
     builder: StateGraph[Any] = StateGraph(schema)
-    builder.add_node("n", update)
+    # LangGraph types a node by one state class; these lambdas serve several.
+    node: Any = update
+    builder.add_node("n", node)
     builder.add_edge(START, "n")
     builder.add_edge("n", END)
     return builder

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.base.id import uuid6
 from ulid import ULID
 
-texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
+texts = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=40)
 task_paths = st.one_of(texts, st.sampled_from(["", "~__pregel_pull, model", "~__pregel_push, 0"]))
 idxs = st.integers(min_value=-4, max_value=2**20)
 

@@ -5,16 +5,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import lmdb
 import pytest
+from deltalog.channels.replay import Reducer
 from deltalog.engine import DeltaChainError, DeltaLogSaver, InvalidInputError, ThreadExistsError
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.message import _messages_delta_reducer
 
 from .graphs import cfg, chat_graph, history, human, observe
+
+# LangGraph types its own batch reducer with list parameters; DeltaChannel (and
+# deltalog's reducers=) accept any Callable[[Any, Sequence[Any]], Any].
+MESSAGES_REDUCER = cast(Reducer, _messages_delta_reducer)
 
 
 def run_chat(saver: Any, thread_id: str, turns: int, sf: int | None, start: int = 0) -> Any:
@@ -276,7 +281,7 @@ def test_delete_run_with_reducers_keeps_other_states(
         for t in saver.list(cfg("t"), filter={"run_id": runs[2]})
     }
     states = all_states(saver, graph, "t")
-    report = saver.delete_for_runs([runs[2]], reducers={"messages": _messages_delta_reducer})
+    report = saver.delete_for_runs([runs[2]], reducers={"messages": MESSAGES_REDUCER})
     assert report.checkpoints == len(doomed) and report.seeds >= 1
     after = all_states(saver, graph, "t")
     assert set(after) == set(states) - doomed

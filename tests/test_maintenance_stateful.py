@@ -102,8 +102,11 @@ class MaintenanceMachine(RuleBasedStateMachine):
         """delete_for_runs: either refuses (DeltaChainError) changing nothing, or removes exactly that run."""
         thread = data.draw(st.sampled_from(sorted(self.model)))
         runs = sorted(
-            {t.metadata.get("run_id") for t in self.saver.list(cfg(thread, checkpoint_ns=""))}
-            - {None}
+            {
+                run_id
+                for t in self.saver.list(cfg(thread, checkpoint_ns=""))
+                if (run_id := t.metadata.get("run_id")) is not None
+            }
         )
         if not runs:
             return
