@@ -32,3 +32,22 @@ def test_ci_runs_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
     assert ci[-1].strip() == test_command
     assert os.access(ROOT / ".ci" / "run", os.X_OK)
+
+
+def test_ci_checks_the_code_before_the_tests() -> None:
+    """.ci/test lints, format-checks and type-checks packages and tests, then runs pytest (issue 16)."""
+    script = ROOT / ".ci" / "test"
+    assert os.access(script, os.X_OK)
+    lines = [
+        line.strip()
+        for line in script.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    assert "set -euo pipefail" in lines
+    steps = lines[lines.index('cd "$(dirname "$0")/.."') + 1 :]
+    assert steps == [
+        ".venv/bin/ruff check .",
+        ".venv/bin/ruff format --check .",
+        ".venv/bin/mypy engine channels bench tests",
+        'exec .venv/bin/python -m pytest -q "$@"',
+    ]
