@@ -1,0 +1,214 @@
+"""Imports point down the layers, and only the storage modules import lmdb (issue 16, "guards")."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import NamedTuple
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {"deltalog.engine": ROOT / "engine", "deltalog.channels": ROOT / "channels"}
+
+# The layers, top to bottom. Every module of engine/ and channels/ is listed: a
+# new module fails test_every_module_has_a_layer until it is given its room.
+LAYERS: dict[str, str] = {
+    # the public facade: re-exports the saver, the store and the errors
+    "deltalog.engine": "facade",
+    # command line: parses, formats, calls the services
+    "deltalog.engine.__main__": "cli",
+    "deltalog.engine.cli": "cli",
+    "deltalog.engine.cli_common": "cli",
+    "deltalog.engine.cli_inspect": "cli",
+    "deltalog.engine.cli_ops": "cli",
+    "deltalog.engine.cli_state": "cli",
+    # services: the LangGraph interface and what runs over it
+    "deltalog.engine.saver": "services",
+    "deltalog.engine.migrate": "services",
+    "deltalog.engine.demo": "services",
+    "deltalog.engine.reports": "services",
+    # storage I/O: the LMDB layer and the caches of what it read
+    "deltalog.engine.store": "storage",
+    "deltalog.engine.memo": "storage",
+    "deltalog.engine.cache": "storage",
+    # format and pure logic: key bytes, record codec, plans and walks
+    "deltalog.engine.keys": "format",
+    "deltalog.engine.codec": "format",
+    "deltalog.engine.core": "format",
+    # plain rows and the errors
+    "deltalog.engine.store_rows": "rows",
+    "deltalog.engine.errors": "rows",
+    # LangGraph channel helpers: a stack of their own, below the services
+    "deltalog.channels": "channels",
+    "deltalog.channels.fields": "channels",
+    "deltalog.channels.policy": "channels",
+    "deltalog.channels.reducers": "channels",
+    "deltalog.channels.replay": "channels",
+}
+
+# Which layers a module of each layer may import (its own included).
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "facade": frozenset({"facade", "cli", "services", "storage", "format", "rows", "channels"}),
+    # issue 16 wants the CLI to reach storage only through services ("the CLI
+    # opens the LMDB layer directly", cli_common -> store); drop "storage" here
+    # once inspection is library code.
+    "cli": frozenset({"cli", "services", "storage", "format", "rows", "channels"}),
+    "services": frozenset({"services", "storage", "format", "rows", "channels"}),
+    "storage": frozenset({"storage", "format", "rows"}),
+    "format": frozenset({"format", "rows"}),
+    "rows": frozenset({"rows"}),
+    "channels": frozenset({"channels"}),
+}
+
+# The only modules that may import lmdb. The memory store (issue 17) adds
+# deltalog.engine.memory_io here.
+LMDB_MODULES = frozenset({"deltalog.engine.store"})
+
+# Known upward imports (importer, imported), each with its issue reference.
+# This list may only shrink: a new upward import fails, and an entry that no
+# longer occurs fails too, so it is taken out when fixed.
+KNOWN_UPWARD_IMPORTS: frozenset[tuple[str, str]] = frozenset()
+
+# Upward *calls* that no import shows: a lower module holds a callback the
+# upper one hands it. The import walk cannot see these; each entry names the
+# module and the callback's name, and fails once the name is gone (issue 16:
+# "No upward calls: everything is serialized before a write transaction
+# begins; the codec is handed its dictionaries, it does not fetch them").
+KNOWN_UPWARD_CALLS: dict[tuple[str, str], str] = {
+    # issue 16: the codec calls the store to fetch a compression dictionary.
+    ("deltalog.engine.codec", "dictionary_loader"): "codec -> store",
+    # issue 16: the store calls the saver's serde inside the write transaction.
+    ("deltalog.engine.store", "fallback"): "store -> saver",
+}
+
+
+class Edge(NamedTuple):
+    importer: str
+    imported: str
+    line: int
+
+
+def source_modules() -> dict[str, Path]:
+    """Every module file under engine/ and channels/, by its dotted name."""
+    out: dict[str, Path] = {}
+    for package, folder in PACKAGES.items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join([package, *parts])] = path
+    return out
+
+
+def imports(module: str, source: str, is_package: bool, known: Iterable[str]) -> Iterator[Edge]:
+    """Every module ``module`` imports (at any depth, TYPE_CHECKING included).
+
+    ``from P import name`` is an edge to ``P.name`` when that is a module,
+    else to ``P`` itself (a name the package re-exports).
+    """
+    known = set(known)
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Edge(module, alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:
+                target = f"{base}.{alias.name}"
+                yield Edge(module, target if target in known else base, node.lineno)
+
+
+def all_edges(sources: Mapping[str, str], packages: Iterable[str]) -> list[Edge]:
+    packages = set(packages)
+    return [
+        edge
+        for module, source in sources.items()
+        for edge in imports(module, source, module in packages, sources)
+    ]
+
+
+def upward(edges: Iterable[Edge]) -> list[Edge]:
+    """The edges between layered modules that the layer table does not allow."""
+    return [
+        e
+        for e in edges
+        if e.imported in LAYERS
+        and e.importer in LAYERS
+        and LAYERS[e.imported] not in MAY_IMPORT[LAYERS[e.importer]]
+    ]
+
+
+def lmdb_outside_storage(edges: Iterable[Edge]) -> list[Edge]:
+    return [
+        e for e in edges if e.imported.split(".")[0] == "lmdb" and e.importer not in LMDB_MODULES
+    ]
+
+
+def read_sources() -> tuple[dict[str, str], set[str]]:
+    modules = source_modules()
+    packages = {m for m, p in modules.items() if p.name == "__init__.py"}
+    return {m: p.read_text() for m, p in modules.items()}, packages
+
+
+def test_every_module_has_a_layer() -> None:
+    """Each module under engine/ and channels/ is placed in the layer table."""
+    modules = set(source_modules())
+    assert modules - set(LAYERS) == set(), "give each new module a layer in LAYERS"
+    assert set(LAYERS) - modules == set(), "LAYERS names a module that no longer exists"
+
+
+def test_imports_point_down_the_layers() -> None:
+    """No module imports a module of a layer above its own, beyond the known list."""
+    sources, packages = read_sources()
+    found = {(e.importer, e.imported): e.line for e in upward(all_edges(sources, packages))}
+    new = {edge: line for edge, line in found.items() if edge not in KNOWN_UPWARD_IMPORTS}
+    assert new == {}, "an import points up the layers (importer, imported): line"
+    fixed = KNOWN_UPWARD_IMPORTS - set(found)
+    assert fixed == set(), "no longer imported: take these out of KNOWN_UPWARD_IMPORTS"
+
+
+def test_only_the_storage_modules_import_lmdb() -> None:
+    """lmdb is imported by the modules in LMDB_MODULES and nowhere else in the packages."""
+    sources, packages = read_sources()
+    edges = all_edges(sources, packages)
+    assert lmdb_outside_storage(edges) == []
+    assert {e.importer for e in edges if e.imported == "lmdb"} == LMDB_MODULES
+
+
+def test_known_upward_calls_are_still_there() -> None:
+    """Each listed callback still exists; once the split removes one, its entry goes."""
+    sources, _ = read_sources()
+    for (module, name), what in KNOWN_UPWARD_CALLS.items():
+        tree = ast.parse(sources[module])
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        names |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+        assert name in names, f"{what} ({module}.{name}) is gone: remove it from the list"
+
+
+def test_the_walk_catches_an_upward_import_and_a_stray_lmdb() -> None:
+    """The checker itself: planted bad imports in a copy of today's sources are found."""
+    sources, packages = read_sources()
+    sources["deltalog.engine.keys"] += "\nfrom deltalog.engine.store import Store\n"
+    sources["deltalog.engine.codec"] += (
+        "\ndef f() -> None:\n    from deltalog.engine import saver\n"
+    )
+    sources["deltalog.engine.core"] += "\nfrom . import cache\n"
+    sources["deltalog.engine.store_rows"] += "\nfrom deltalog.engine import DeltaLogSaver\n"
+    sources["deltalog.channels.replay"] += "\nimport deltalog.engine.errors\n"
+    sources["deltalog.engine.saver"] += "\nimport lmdb.cffi\n"
+    edges = all_edges(sources, packages)
+    assert {(e.importer, e.imported) for e in upward(edges)} == {
+        ("deltalog.engine.keys", "deltalog.engine.store"),
+        ("deltalog.engine.codec", "deltalog.engine.saver"),
+        ("deltalog.engine.core", "deltalog.engine.cache"),
+        ("deltalog.engine.store_rows", "deltalog.engine"),
+        ("deltalog.channels.replay", "deltalog.engine.errors"),
+    }
+    assert [(e.importer, e.imported) for e in lmdb_outside_storage(edges)] == [
+        ("deltalog.engine.saver", "lmdb.cffi")
+    ]
