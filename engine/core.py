@@ -10,9 +10,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from deltalog.engine.errors import CorruptRecordError
 from deltalog.engine.store_rows import StoredValue, WriteRow
 
-__all__ = ["Chain", "DeltaWalk", "Node", "Plan", "delta_chains", "plan_delete", "plan_keep"]
+__all__ = [
+    "Chain",
+    "DeltaWalk",
+    "Node",
+    "Plan",
+    "delta_chains",
+    "parent_cycles",
+    "plan_delete",
+    "plan_keep",
+]
 
 
 @dataclass
@@ -192,6 +202,40 @@ def delta_chains(
     return Chain(required=required, crossings=crossings, broken=broken)
 
 
+def parent_cycles(parents: Mapping[str, str | None]) -> list[list[str]]:
+    """Every loop in a parent map (R11): each cycle once, from its smallest id, child first.
+
+    A parent chain must end at a root or a missing parent; a cycle (a
+    checkpoint that is its own parent, or its own ancestor) makes every walk
+    from a checkpoint on or below it endless. Cost: O(len(parents)), each id is
+    followed once.
+
+    Args:
+        parents: Checkpoint id → parent id (None at a root) of one (thread, ns).
+
+    Returns:
+        The cycles, e.g. ``[["b", "c"]]`` when b's parent is c and c's is b.
+    """
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[list[str]] = []
+    for start in parents:
+        if start in state:
+            continue
+        path: list[str] = []
+        cur: str | None = start
+        while cur is not None and cur in parents and cur not in state:
+            state[cur] = 1
+            path.append(cur)
+            cur = parents[cur]
+        if cur is not None and state.get(cur) == 1:
+            loop = path[path.index(cur) :]
+            first = loop.index(min(loop))
+            cycles.append(loop[first:] + loop[:first])
+        for cid in path:
+            state[cid] = 2
+    return cycles
+
+
 @dataclass
 class Plan:
     """What a maintenance operation will do to one (thread, ns)."""
@@ -246,7 +290,14 @@ def _relink(nodes: Mapping[str, Node], plan: Plan) -> None:
         if cid in plan.delete or node.parent_id not in plan.delete:
             continue
         parent: str | None = node.parent_id
+        seen: set[str] = set()
         while parent is not None and parent in plan.delete:
+            if parent in seen:
+                raise CorruptRecordError(
+                    f"the parent chain of checkpoint {cid!r} loops through {parent!r}; "
+                    "run `deltalog verify`"
+                )
+            seen.add(parent)
             pnode = nodes.get(parent)
             parent = pnode.parent_id if pnode is not None else None
         plan.relink[cid] = parent

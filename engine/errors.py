@@ -17,6 +17,8 @@ __all__ = [
     "FormatVersionError",
     "InvalidInputError",
     "KeyTooLongError",
+    "ParentCycleError",
+    "ReducerMismatchError",
     "StoreFullError",
     "StoreOpenError",
     "ThreadExistsError",
@@ -70,3 +72,18 @@ class CorruptRecordError(DeltaLogError):
 class DamagedKeyError(CorruptRecordError, ValueError):
     """Stored key bytes do not decode (LMDB keeps no checksums, so a damaged key is
     found only when it is read). A ``ValueError`` too, as the key decoders raised before."""
+
+
+class ParentCycleError(InvalidInputError):
+    """A ``put`` would make a checkpoint its own ancestor (a parent cycle, R11).
+
+    Raised before anything is written; the message names the checkpoints of the loop.
+    """
+
+
+class ReducerMismatchError(InvalidInputError):
+    """A re-seeding prune's reducers do not rebuild the values the thread stores (R7).
+
+    The check runs in the prune's write transaction before any seed is written;
+    nothing is changed. The message names the channel and the mismatch.
+    """

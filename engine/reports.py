@@ -76,6 +76,8 @@ class Problem:
     """One finding of :meth:`DeltaLogSaver.verify`.
 
     Kinds (severity): ``dangling_parent`` (error) — a parent id with no record;
+    ``parent_cycle`` (error) — checkpoints whose parent chain loops (each
+    cycle once, ``checkpoint_id`` its smallest id; every read through it raises);
     ``broken_delta_chain`` (error) — a delta channel whose walk hits a missing
     ancestor before a seed or the root; ``undecodable`` (error) — a record the
     codec (or, with ``deep``, the serde) cannot decode; ``unreferenced_blob``

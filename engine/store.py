@@ -38,12 +38,13 @@ import ormsgpack
 from deltalog.engine import keys
 from deltalog.engine.cache import EnvelopeCache, PayloadCache
 from deltalog.engine.codec import DeltaHeader, RecordCodec, WriteDict
-from deltalog.engine.core import DeltaWalk, Node, Plan, delta_chains
+from deltalog.engine.core import DeltaWalk, Node, Plan, delta_chains, parent_cycles
 from deltalog.engine.errors import (
     CorruptRecordError,
     DeltaLogError,
     FormatVersionError,
     InvalidInputError,
+    ParentCycleError,
     StoreFullError,
     StoreOpenError,
     ThreadExistsError,
@@ -438,6 +439,22 @@ class ReadTxn:
         why = "" if needed_by is None else f", an ancestor needed to rebuild {needed_by!r},"
         return CorruptRecordError(f"checkpoint {checkpoint_id!r} of {where}{why} is damaged: {exc}")
 
+    def _cycle(self, t: int, n: int, checkpoint_id: str, key: bytes) -> CorruptRecordError:
+        """The error of a walk from ``checkpoint_id`` that met checkpoint ``key`` again."""
+        try:
+            again = repr(keys.decode_checkpoint_key(key)[2])
+        except Exception:
+            again = f"key {key.hex()}"
+        return self._damaged(
+            t,
+            n,
+            checkpoint_id,
+            CorruptRecordError(
+                f"its parent chain reaches checkpoint {again} twice (a parent cycle, or a "
+                f"chain longer than {MAX_WALK}); run `deltalog verify`"
+            ),
+        )
+
     def values(
         self,
         t: int,
@@ -672,15 +689,14 @@ class ReadTxn:
         # Records hold the parent as its encoded key bytes, so the walk goes
         # from record to record without re-encoding ids.
         cursor: bytes | None = None if parent_id is None else keys.encode_id(parent_id)
-        steps = 0
+        # Every key the walk entered: meeting one again is a parent cycle
+        # (R11), which would otherwise loop until memory runs out.
+        seen = {target}
         while cursor is not None and not walk.done:
-            steps += 1
-            if steps > MAX_WALK:
-                raise CorruptRecordError(
-                    f"ancestor walk from {checkpoint_id!r} exceeded {MAX_WALK} steps; the "
-                    "parent chain loops. Run `deltalog verify`"
-                )
             key = prefix + cursor
+            if key in seen or len(seen) > MAX_WALK:
+                raise self._cycle(t, n, checkpoint_id, key)
+            seen.add(key)
             if key >= child:
                 monotonic = False
             raw = self.txn.get(key, db=self.dbs.checkpoints)
@@ -762,6 +778,12 @@ class ReadTxn:
             rows.append(
                 _RawNode.of(self.codec.decode(raw, f"checkpoints/{key.hex()}"), key, extra_delta)
             )
+        cycles = parent_cycles({r.cid: r.parent for r in rows})
+        if cycles:
+            # Plans walk parents (relinking, delta chains): refuse, never loop.
+            raise self._cycle(
+                t, n, cycles[0][0], keys.checkpoint_key(t, n, keys.encode_id(cycles[0][0]))
+            )
         return (
             self._nodes(t, n, rows, extra_delta),
             {r.cid: r.versions for r in rows},
@@ -826,6 +848,16 @@ class ReadTxn:
                 found.problems.append(
                     ("dangling_parent", "error", cid, f"parent {node.parent_id} is missing")
                 )
+        for cycle in parent_cycles({cid: node.parent_id for cid, node in nodes.items()}):
+            loop = " -> ".join([*cycle, cycle[0]])
+            found.problems.append(
+                (
+                    "parent_cycle",
+                    "error",
+                    cycle[0],
+                    f"the parent chain loops ({loop}); every read of these checkpoints fails",
+                )
+            )
         for (cid, channel), missing in sorted(delta_chains(nodes, list(nodes)).broken.items()):
             found.problems.append(
                 (
@@ -1480,6 +1512,7 @@ class WriteTxn(ReadTxn):
             keys.encode_id(parent_id)  # validate before anything is written
         t = self.intern(keys.KIND_THREAD, thread_id)
         n = self.intern(keys.KIND_NS, checkpoint_ns)
+        self._refuse_cycle(t, n, thread_id, checkpoint_id, parent_id)
         for blob in blobs:
             self.put_blob(t, n, blob.channel, blob.version, blob.value, before=cid)
         held = dict(inline or {})
@@ -1532,6 +1565,71 @@ class WriteTxn(ReadTxn):
         self.txn.put(key, self.codec.encode(record), db=self.dbs.checkpoints)
         if run_id is not None:
             self.txn.put(keys.run_key(keys.encode_run(run_id), t, n, cid), b"", db=self.dbs.runs)
+
+    def _refuse_cycle(
+        self, t: int, n: int, thread_id: str, checkpoint_id: str, parent_id: str | None
+    ) -> None:
+        """Raise :class:`ParentCycleError` if storing ``checkpoint_id`` under ``parent_id``
+        would close a parent cycle (R11); called before anything of the put is written.
+
+        The bound: every cycle has a link whose parent key is at least its
+        child's key (keys cannot fall all the way round a loop), and the only
+        records whose parent chain changes are the one being written and its
+        descendants. So:
+
+        * a parent equal to the checkpoint is refused at once;
+        * a put whose parent key is below its own key and whose id is new (every
+          put the runtime makes: uuid6 ids grow with time) is O(1): nothing is
+          walked;
+        * any other put (a parent key above its own, or an id that is stored
+          already and is being re-written) walks the parent chain from the
+          parent up to the root or a missing record, refusing when it reaches
+          the checkpoint itself. The walk visits each record of the
+          (thread, ns) at most once, so it costs at most one record read per
+          checkpoint of the namespace, on these rare puts only.
+
+        Not refused here (no index of children exists to find it in bounded
+        time): a new id whose parent key is below its own, when an earlier put
+        already named that id as the parent of a smaller key while it did not
+        exist yet. ``verify`` reports such a cycle (``parent_cycle``) and every
+        read that meets it raises :class:`CorruptRecordError`.
+        """
+        if parent_id is None:
+            return
+        if parent_id == checkpoint_id:
+            raise ParentCycleError(
+                f"put: checkpoint {checkpoint_id!r} of thread {thread_id!r} names itself as its "
+                "parent (the config's checkpoint_id is the checkpoint's own id, e.g. the config "
+                "the previous put returned for this checkpoint); pass the parent's config, or "
+                "give the new checkpoint a new id. Nothing was written"
+            )
+        prefix = keys.ns_prefix(t, n)
+        key = prefix + keys.encode_id(checkpoint_id)
+        cursor: bytes | None = keys.encode_id(parent_id)
+        if (
+            prefix + keys.encode_id(parent_id) < key
+            and self.txn.get(key, db=self.dbs.checkpoints) is None
+        ):
+            return
+        chain = [checkpoint_id]
+        seen: set[bytes] = set()
+        while cursor is not None:
+            pkey = prefix + cursor
+            if pkey == key:
+                loop = " -> ".join([*chain, checkpoint_id])
+                raise ParentCycleError(
+                    f"put: checkpoint {checkpoint_id!r} of thread {thread_id!r} would become its "
+                    f"own ancestor ({loop}); pass the config of a checkpoint that does not "
+                    "descend from it as the parent. Nothing was written"
+                )
+            if pkey in seen:
+                raise self._cycle(t, n, chain[-1], pkey)
+            seen.add(pkey)
+            raw = self.txn.get(pkey, db=self.dbs.checkpoints)
+            if raw is None:
+                return
+            chain.append(keys.decode_checkpoint_key(pkey)[2])
+            cursor = _parent_in(_parent_out(self._envelope(pkey, raw)[0]))
 
     def put_writes(
         self,

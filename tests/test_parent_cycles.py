@@ -1,0 +1,162 @@
+"""A parent chain never loops: cycles are refused on put, reported by verify and bounded on read (R11, issue 15.3)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from deltalog.engine import CorruptRecordError, DeltaLogSaver, keys
+from deltalog.engine.core import Node, parent_cycles, plan_keep
+from deltalog.engine.errors import ParentCycleError
+from deltalog.engine.store import _DBS
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph.state import CompiledStateGraph
+
+from tests.checkpoints import at, new_checkpoint, put_values
+from tests.graphs import cfg, chat_graph, human
+
+
+def dump(saver: DeltaLogSaver) -> dict[str, list[tuple[bytes, bytes]]]:
+    """Every key and value of every database of the store."""
+    return {db: list(saver.store.iter_db(db)) for db in _DBS}
+
+
+def chat(saver: DeltaLogSaver, turns: int, sf: int = 100) -> CompiledStateGraph[Any, Any, Any]:
+    graph = chat_graph(sf).compile(checkpointer=saver)
+    for turn in range(turns):
+        graph.invoke({"messages": [human(turn)]}, cfg("t"))
+    return graph
+
+
+def ids_oldest_first(saver: DeltaLogSaver) -> list[str]:
+    return [c.config["configurable"]["checkpoint_id"] for c in saver.list(cfg("t"))][::-1]
+
+
+def set_parent(saver: DeltaLogSaver, cid: str, parent: str) -> None:
+    """Rewrite one checkpoint record's parent through the raw write path (as damage would)."""
+    with saver.store.read() as r:
+        ids = r.ids("t", "")
+    assert ids is not None
+    t, n = ids
+    key = keys.checkpoint_key(t, n, keys.encode_id(cid))
+    (raw,) = [v for k, v in saver.store.iter_db("checkpoints") if k == key]
+    rec = saver.store.codec.decode(raw, "test")
+    rec[0] = keys.encode_id(parent)
+    handle = saver.store.db("checkpoints")
+    saver.store.write(lambda w: w.put_raw(handle, key, saver.store.codec.encode(rec)))
+
+
+# -- refused on write ----------------------------------------------------------------------------
+
+
+def test_self_parent_put_is_refused_and_nothing_written(saver: DeltaLogSaver) -> None:
+    """Re-putting a checkpoint with the config its first put returned (parent == itself) is refused."""
+    checkpoint, versions = new_checkpoint(saver, {"messages": ["hi"], "n": 1})
+    first = saver.put(cfg("t"), checkpoint, {"step": 0}, versions)
+    before = dump(saver)
+    with pytest.raises(ParentCycleError, match=checkpoint["id"]) as caught:
+        saver.put(first, checkpoint, {"step": 0}, versions)
+    assert "thread 't'" in str(caught.value)
+    # A fresh id whose config names that same id as its parent.
+    fresh, fresh_versions = new_checkpoint(saver, {"n": 2})
+    with pytest.raises(ParentCycleError):
+        saver.put(at("t", fresh["id"]), fresh, {}, fresh_versions)
+    assert dump(saver) == before
+    history = saver.get_delta_channel_history(config=first, channels=["messages"])
+    assert history == {"messages": {"writes": []}}
+    assert saver.verify().ok
+
+
+def test_rewrite_under_a_descendant_is_refused(make_saver: Callable[..., DeltaLogSaver]) -> None:
+    """Re-putting a stored checkpoint under its own child or grandchild is refused; a plain re-put is not."""
+    saver = make_saver()
+    configs: list[RunnableConfig] = []
+    parent: RunnableConfig | None = None
+    for i in range(4):
+        parent = put_values(saver, "t", {"n": i}, parent=parent)
+        configs.append(parent)
+    root = saver.get_tuple(configs[0])
+    assert root is not None
+    before = dump(saver)
+    for descendant in configs[1:]:
+        with pytest.raises(ParentCycleError, match="own ancestor"):
+            saver.put(descendant, root.checkpoint, root.metadata, {})
+    assert dump(saver) == before
+    # Re-putting it where it was (no parent) is fine, and so is a new branch.
+    saver.put(cfg("t"), root.checkpoint, root.metadata, {})
+    put_values(saver, "t", {"n": 9}, parent=configs[1])
+    assert saver.verify().ok
+
+
+def test_parent_put_after_its_child_cannot_close_a_loop(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """A checkpoint put before its parent, then the parent put under that child: refused."""
+    saver = make_saver()
+    ns = {"thread_id": "t", "checkpoint_ns": ""}
+    child = empty_checkpoint()
+    child["id"] = "b"
+    saver.put({"configurable": {**ns, "checkpoint_id": "a"}}, child, {}, {})  # "a" not stored yet
+    parent = empty_checkpoint()
+    parent["id"] = "a"
+    with pytest.raises(ParentCycleError, match="a -> b -> a"):
+        saver.put({"configurable": {**ns, "checkpoint_id": "b"}}, parent, {}, {})
+    saver.put({"configurable": ns}, parent, {}, {})
+    assert saver.verify().ok
+
+
+# -- detected by verify, bounded on read -----------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("shape", ["self", "loop"])
+def test_cyclic_record_reads_fail_clearly_and_verify_reports_it(
+    shape: str, make_saver: Callable[..., DeltaLogSaver]
+) -> None:
+    """A loop written through the raw path (damage, a foreign writer): every walk raises CorruptRecordError naming the thread; verify reports parent_cycle."""
+    saver = make_saver()
+    graph = chat(saver, 3)
+    chain = ids_oldest_first(saver)
+    latest = chain[-1]
+    if shape == "self":
+        set_parent(saver, latest, latest)
+    else:
+        set_parent(saver, chain[0], latest)  # the root's parent is the newest checkpoint
+    for _ in range(2):  # the second walk goes through the history memo
+        with pytest.raises(CorruptRecordError, match=r"thread 't'.*twice"):
+            saver.get_delta_channel_history(config=at("t", latest), channels=["messages"])
+    with pytest.raises(CorruptRecordError, match="thread 't'"):
+        graph.get_state(cfg("t"))
+    with pytest.raises(CorruptRecordError, match="thread 't'"):
+        saver.prune(["t"], reducers=graph)
+    with pytest.raises(CorruptRecordError, match="thread 't'"):
+        saver.prune(["t"], dry_run=True)
+    report = saver.verify()
+    assert not report.ok
+    cycles = [p for p in report.problems if p.kind == "parent_cycle"]
+    assert len(cycles) == 1 and cycles[0].thread_id == "t", report.problems
+    assert latest in cycles[0].detail
+    # The listing (no ancestor walk) and other threads still work.
+    assert len(list(saver.list(cfg("t")))) == len(chain)
+    graph.invoke({"messages": [human(0)]}, cfg("other"))
+    assert len(graph.get_state(cfg("other")).values["messages"]) == 2
+
+
+def test_parent_cycles_and_plans_on_plain_data() -> None:
+    """The pure cycle finder names each loop once; planning over a loop raises instead of spinning."""
+    assert parent_cycles({"a": None, "b": "a", "c": "x"}) == []
+    assert parent_cycles({"a": "a"}) == [["a"]]
+    assert parent_cycles({"a": "b", "b": "c", "c": "b", "d": "a"}) == [["b", "c"]]
+    assert sorted(parent_cycles({"a": "b", "b": "a", "c": "d", "d": "c"})) == [
+        ["a", "b"],
+        ["c", "d"],
+    ]
+    nodes = {
+        "a": Node("a", "b", frozenset(), frozenset()),
+        "b": Node("b", "a", frozenset(), frozenset()),
+        "c": Node("c", "a", frozenset(), frozenset()),
+    }
+    with pytest.raises(CorruptRecordError, match="loops"):
+        plan_keep(nodes, {"c"})
