@@ -17,6 +17,7 @@ __all__ = [
     "FormatVersionError",
     "InvalidInputError",
     "KeyTooLongError",
+    "NotAStoreError",
     "StoreFullError",
     "StoreOpenError",
     "ThreadExistsError",
@@ -70,3 +71,9 @@ class CorruptRecordError(DeltaLogError):
 class DamagedKeyError(CorruptRecordError, ValueError):
     """Stored key bytes do not decode (LMDB keeps no checksums, so a damaged key is
     found only when it is read). A ``ValueError`` too, as the key decoders raised before."""
+
+
+class NotAStoreError(StoreOpenError):
+    """The path holds no deltalog store: no folder, no ``data.mdb``, an empty or
+    partial one, or another application's LMDB environment. Nothing was created
+    or changed (R12)."""
