@@ -2018,6 +2018,11 @@ class Store:
                         f"{self.path!r} is not a deltalog store: its meta database has no "
                         "format_version. Nothing was changed; point deltalog at a store folder"
                     )
+        except (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError) as exc:
+            raise StoreOpenError(
+                f"{self.path!r} is damaged: its list of databases cannot be read "
+                f"({type(exc).__name__}: {exc}); restore it from a backup"
+            ) from exc
         except lmdb.Error as exc:
             raise NotAStoreError(
                 f"{self.path!r} is not a deltalog store ({type(exc).__name__}: {exc}). "
