@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from deltalog.engine.errors import DeltaLogError
+from deltalog.engine.errors import DeltaLogError, NotAStoreError
 from deltalog.engine.saver import DeltaLogSaver
-from deltalog.engine.store import Store
+from deltalog.engine.store import Store, check_data_file
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
@@ -271,22 +271,34 @@ def config_for(
 
 
 @contextlib.contextmanager
-def open_saver(path: Path | str, *, readonly: bool = False) -> Iterator[DeltaLogSaver]:
-    """Open the store at ``path`` (read-only for inspection) and close it afterwards."""
-    saver: DeltaLogSaver | None = None
-    if readonly:
-        try:
-            saver = DeltaLogSaver(Store(path, readonly=True))
-        except DeltaLogError:
-            # A read-only open can fail where a normal one works (an older
-            # deltalog, a lock file only a writer may create): inspect anyway.
-            saver = None
-    if saver is None:
-        saver = DeltaLogSaver.from_path(path)
+def open_saver(
+    path: Path | str, *, readonly: bool = False, create: bool = True
+) -> Iterator[DeltaLogSaver]:
+    """Open the store at ``path`` (read-only for inspection) and close it afterwards.
+
+    A read-only open has one path and never falls back to a writable one: a
+    folder that holds no deltalog store is refused with exit status 2 and
+    nothing is created or changed (R12, issue 15.5). So is a folder without
+    ``data.mdb`` for a writable open with ``create`` False (prune, copy, delete).
+    """
+    try:
+        if not readonly and not create:
+            check_data_file(os.fspath(path), required=True)
+        saver = (
+            DeltaLogSaver(Store(path, readonly=True)) if readonly else DeltaLogSaver.from_path(path)
+        )
+    except NotAStoreError as exc:
+        raise NotAStoreCliError(one_line(exc)) from exc
     try:
         yield saver
     finally:
         saver.close()
+
+
+class NotAStoreCliError(CliError):
+    """PATH holds no deltalog store: a usage error (exit status 2), nothing was touched."""
+
+    exit_code = 2
 
 
 def load_graph(spec: str) -> Pregel[Any, Any, Any, Any]:

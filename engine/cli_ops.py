@@ -249,7 +249,7 @@ def prune_cmd(
     if bool(thread_ids) == all_threads:
         raise click.UsageError("name the threads to prune, or pass --all (not both)")
     graph = load_graph(graph_spec) if graph_spec else None
-    with open_saver(path) as saver:
+    with open_saver(path, create=False) as saver:
         tids = [t.thread_id for t in saver.threads()] if all_threads else list(thread_ids)
         report = saver.prune(
             tids,
@@ -285,7 +285,7 @@ def copy_cmd(path: Path, source: str, target: str, as_json: bool) -> None:
     history and continues independently. DST must not exist yet.
     """
     out = Output(as_json)
-    with open_saver(path) as saver:
+    with open_saver(path, create=False) as saver:
         report = saver.copy_thread(source, target)
     if not report.found:
         raise CliError(f"thread {source!r} has no checkpoints; nothing copied")
@@ -317,7 +317,7 @@ def delete_cmd(path: Path, thread_ids: tuple[str, ...], dry_run: bool, as_json: 
     Fails (deleting nothing) if a named thread does not exist.
     """
     out = Output(as_json)
-    with open_saver(path) as saver:
+    with open_saver(path, create=False) as saver:
         found = {t.thread_id: t for t in saver.threads() if t.thread_id in set(thread_ids)}
         missing = [t for t in thread_ids if t not in found]
         if missing:

@@ -19,6 +19,7 @@ __all__ = [
     "KeyTooLongError",
     "ParentCycleError",
     "ReducerMismatchError",
+    "NotAStoreError",
     "StoreFullError",
     "StoreOpenError",
     "ThreadExistsError",
@@ -87,3 +88,7 @@ class ReducerMismatchError(InvalidInputError):
     The check runs in the prune's write transaction before any seed is written;
     nothing is changed. The message names the channel and the mismatch.
     """
+class NotAStoreError(StoreOpenError):
+    """The path holds no deltalog store: no folder, no ``data.mdb``, an empty or
+    partial one, or another application's LMDB environment. Nothing was created
+    or changed (R12)."""

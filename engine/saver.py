@@ -46,7 +46,7 @@ from deltalog.engine.codec import RecordCodec
 from deltalog.engine.core import Node, Plan, plan_delete, plan_keep
 from deltalog.engine.errors import ConfigError, DeltaChainError, DeltaLogError, InvalidInputError
 from deltalog.engine.reports import CompactReport, CopyReport, Problem, RemovalReport, VerifyReport
-from deltalog.engine.store import INLINE_MAX, Store, WriteTxn
+from deltalog.engine.store import INLINE_MAX, Store, WriteTxn, store_folder
 from deltalog.engine.store_rows import (
     BlobRow,
     CheckpointRow,
@@ -139,6 +139,7 @@ class DeltaLogSaver(
         compress_threshold: int | None = 512,
         group_commit: bool = True,
         cache_bytes: int = 64 * 1024**2,
+        max_readers: int = 126,
     ) -> DeltaLogSaver:
         """Open (or create) the store at ``path`` and return a saver over it.
 
@@ -153,16 +154,26 @@ class DeltaLogSaver(
                 None turns compression off.
             group_commit: Let concurrent writers share a commit.
             cache_bytes: Memory for decoded channel values; 0 disables it.
+            max_readers: LMDB reader slots, shared by every process using the
+                store (fixed by the first process to open it). More threads may
+                read at once: a read waits for a free slot (docs/operations.md).
 
         Returns:
             An open saver; use it as a context manager or call :meth:`close`.
+
+        Raises:
+            InvalidInputError: An option has a wrong type or value (nothing is created).
+            NotAStoreError: ``path`` holds something other than a deltalog store.
         """
+        path = store_folder(path)
+        _check_open_options(compress_threshold=compress_threshold, cache_bytes=cache_bytes)
         options = {
             "map_size": map_size,
             "max_map_size": max_map_size,
             "durable": durable,
             "compress_threshold": compress_threshold,
             "group_commit": group_commit,
+            "max_readers": max_readers,
         }
         store = _open_shared(path, options)
         saver = cls(store, serde=serde, cache_bytes=cache_bytes)
@@ -963,11 +974,19 @@ class DeltaLogSaver(
         return self.backup(dest, compact=True)
 
     def backup(self, dest: str | os.PathLike[str], *, compact: bool = False) -> CompactReport:
-        """Consistent hot copy of the store into a new folder (one read snapshot)."""
+        """Consistent hot copy of the store into a new folder (one read snapshot).
+
+        The copy is owner-only and appears as ``dest/data.mdb`` only once it is
+        complete and on disk: an interrupted backup leaves no store behind.
+
+        Raises:
+            InvalidInputError: ``dest`` is a file or already holds a store.
+        """
+        folder = store_folder(dest, what="backup destination")
         before = self.store.file_bytes()
-        self.store.copy_to(dest, compact=compact)
-        after = os.path.getsize(os.path.join(os.fspath(dest), "data.mdb"))
-        return CompactReport(self.store.path, os.fspath(dest), before, after)
+        self.store.copy_to(folder, compact=compact)
+        after = os.path.getsize(os.path.join(folder, "data.mdb"))
+        return CompactReport(self.store.path, folder, before, after)
 
     # -- inspection, export and import ------------------------------------------------------
 
@@ -1300,6 +1319,7 @@ def _open_shared(path: str | os.PathLike[str], options: dict[str, Any]) -> Store
             durable=options["durable"],
             codec=RecordCodec(compress_threshold=options["compress_threshold"]),
             group_commit=options["group_commit"],
+            max_readers=options["max_readers"],
         )
         _SHARED[real] = (store, options, 1)
         return store
@@ -1315,6 +1335,24 @@ def _release_shared(store: Store) -> None:
                 del _SHARED[real]
                 break
     store.close()
+
+
+def _check_open_options(*, compress_threshold: Any, cache_bytes: Any) -> None:
+    """The saver's own options of :meth:`DeltaLogSaver.from_path` (R9; the store checks its own)."""
+    if compress_threshold is not None and (
+        isinstance(compress_threshold, bool)
+        or not isinstance(compress_threshold, int)
+        or compress_threshold < 0
+    ):
+        raise InvalidInputError(
+            f"compress_threshold={compress_threshold!r}: need a byte count >= 0 (e.g. 512), "
+            "or None to turn compression off"
+        )
+    if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
+        raise InvalidInputError(
+            f"cache_bytes={cache_bytes!r}: need a byte count >= 0 (e.g. 64 * 1024**2), or 0 to "
+            "turn the cache off"
+        )
 
 
 def _delete_threads(w: WriteTxn, *, thread_ids: list[str]) -> None:

@@ -22,9 +22,13 @@ from __future__ import annotations
 import bisect
 import contextlib
 import errno
+import fcntl
 import logging
 import os
 import shutil
+import struct
+import sys
+import tempfile
 import threading
 import time
 import weakref
@@ -45,6 +49,7 @@ from deltalog.engine.errors import (
     FormatVersionError,
     InvalidInputError,
     ParentCycleError,
+    NotAStoreError,
     StoreFullError,
     StoreOpenError,
     ThreadExistsError,
@@ -1932,12 +1937,8 @@ class Store:
         delta_blobs: bool = True,
         memo_entries: int = 4096,
     ) -> None:
-        if map_size <= 0 or max_map_size < map_size:
-            raise ValueError(
-                f"map_size {map_size} / max_map_size {max_map_size}: need 0 < map_size <= "
-                "max_map_size"
-            )
-        self.path = os.fspath(path)
+        _check_sizes(map_size, max_map_size, max_readers)
+        self.path = store_folder(path)
         self.map_size = map_size
         self.max_map_size = max_map_size
         self.durable = durable
@@ -1988,50 +1989,36 @@ class Store:
                     f"cannot use {self.path!r} as a store folder ({exc}); a store is a folder "
                     "holding data.mdb and lock.mdb: pass a new or existing folder path"
                 ) from exc
-        elif not os.path.isdir(self.path):
-            raise StoreOpenError(f"no deltalog store at {self.path!r}; check the path")
+            check_data_file(self.path, required=False)
+            lock = True
+            probe = os.path.exists(os.path.join(self.path, "data.mdb")) and not _lock_held(
+                self.path
+            )
+        else:
+            # One read-only open path (R12): nothing is created or written
+            # before the folder is known to hold a deltalog store.
+            check_data_file(self.path, required=True)
+            lock, probe = _readonly_lock(self.path)
         _refuse_network_fs(self.path)
         data = os.path.join(self.path, "data.mdb")
         size = max(self.map_size, os.path.getsize(data) if os.path.exists(data) else 0)
-        try:
-            self.env = lmdb.open(
-                self.path,
-                map_size=size,
-                max_dbs=len(_DBS) + 1,
-                max_readers=self.max_readers,
-                sync=self.durable,
-                metasync=self.durable,
-                readonly=self.readonly,
-                readahead=False,
-                mode=0o600,
-                lock=True,
-            )
-        except lmdb.Error as exc:
-            raise StoreOpenError(
-                f"cannot open LMDB store at {self.path!r} ({type(exc).__name__}: {exc}); "
-                "is it a deltalog store on a local disk?"
-            ) from exc
-        # A data file shorter than the pages its meta page claims would raise
-        # SIGBUS on a read past its end, killing the interpreter. That happens to
-        # a store truncated by a bad copy, but also to a healthy one: LMDB may
-        # allocate a page, free it in the same transaction and never write it.
-        # So a writable open zero-fills the gap, and so does closing a writable
-        # store (posix_fallocate never shrinks a file another process is
-        # extending): free pages stay free, and pages a
-        # truncation really lost read as damaged (CorruptRecordError, reported
-        # by verify) instead of crashing. Size is read after the meta, so a
-        # concurrent writer can only make the file look longer, never shorter.
-        if self.readonly:
-            used, size = self._page_end(), os.path.getsize(data)
-            if size < used:
+        if probe:
+            # Probe without a lock first: no process has the environment open,
+            # so nothing changes under the probe, and a foreign environment is
+            # refused without a reader slot (or a writer) touching its lock file.
+            self.env = self._lmdb_open(size, lock=False, readonly=True)
+            try:
+                self._check_opened(probe=True)
+            finally:
                 self.env.close()
-                raise StoreOpenError(
-                    f"{data!r} is {size} bytes but its pages reach {used} bytes (truncated, or "
-                    "last written by a transaction that freed pages it never wrote). Open it "
-                    "writable once, which zero-fills the gap safely, or restore a backup"
-                )
-        else:
-            self._fill_gap(logging.WARNING)
+        self.env = self._lmdb_open(size, lock=lock, readonly=self.readonly)
+        #: False when read-only without LMDB's lock file (see _readonly_lock).
+        self.locked = lock
+        try:
+            self._check_opened()
+        except BaseException:
+            self.env.close()
+            raise
         stale = self.env.reader_check()
         if stale:
             logger.info("cleared %d stale LMDB reader slots in %s", stale, self.path)
@@ -2043,6 +2030,102 @@ class Store:
         # Whatever was committed before this open (also by this process before
         # a fork) counts as another process's work.
         self.memo.reset(self.env.info()["last_txnid"])
+
+    def _lmdb_open(self, size: int, *, lock: bool, readonly: bool) -> Any:
+        try:
+            return lmdb.open(
+                os.fsencode(self.path),  # not str: LMDB would take it as UTF-8
+                map_size=size,
+                max_dbs=len(_DBS) + 1,
+                max_readers=self.max_readers,
+                sync=self.durable,
+                metasync=self.durable,
+                readonly=readonly,
+                readahead=False,
+                mode=0o600,
+                lock=lock,
+            )
+        except lmdb.Error as exc:
+            raise StoreOpenError(
+                f"cannot open LMDB store at {self.path!r} ({type(exc).__name__}: {exc}); "
+                "is it a deltalog store on a local disk?"
+            ) from exc
+
+    def _check_opened(self, *, probe: bool = False) -> None:
+        """A just opened environment: its data file is whole, and it is deltalog's.
+
+        ``probe``: a lock-free read-only look before a writable open, which
+        leaves a truncated file to the writable open (it fills the gap).
+        """
+        # A data file shorter than the pages its meta page claims would raise
+        # SIGBUS on a read past its end, killing the interpreter. That happens to
+        # a store truncated by a bad copy, but also to a healthy one: LMDB may
+        # allocate a page, free it in the same transaction and never write it.
+        # So a writable open zero-fills the gap, and so does closing a writable
+        # store (posix_fallocate never shrinks a file another process is
+        # extending): free pages stay free, and pages a
+        # truncation really lost read as damaged (CorruptRecordError, reported
+        # by verify) instead of crashing. Size is read after the meta, so a
+        # concurrent writer can only make the file look longer, never shorter.
+        data = os.path.join(self.path, "data.mdb")
+        if self.readonly or probe:
+            used, size = self._page_end(), os.path.getsize(data)
+            if size < used:
+                if probe and not self.readonly:
+                    return
+                raise StoreOpenError(
+                    f"{data!r} is {size} bytes but its pages reach {used} bytes (truncated, or "
+                    "last written by a transaction that freed pages it never wrote). Open it "
+                    "writable once, which zero-fills the gap safely, or restore a backup"
+                )
+        else:
+            self._fill_gap(logging.WARNING)
+        self._check_identity()
+
+    def _check_identity(self) -> None:
+        """Refuse an LMDB environment that deltalog did not create, before touching it.
+
+        A deltalog store has a ``meta`` database (holding ``format_version``).
+        A writable open may start a new store in an empty environment, never
+        add deltalog's databases to another application's (issue 15.5); a
+        read-only open needs the format record.
+        """
+        try:
+            with self.env.begin() as txn:
+                named = [bytes(k) for k in txn.cursor().iternext(values=False)]
+            if b"meta" not in named:
+                if not named and not self.readonly:
+                    return
+                why = (
+                    "an empty LMDB environment"
+                    if not named
+                    else "another application's LMDB environment (databases: "
+                    + ", ".join(repr(k.decode("utf-8", "replace")) for k in named[:8])
+                    + ")"
+                )
+                raise NotAStoreError(
+                    f"{self.path!r} is not a deltalog store: it holds {why}. Nothing was "
+                    "changed; point deltalog at a store folder, or at a new folder to start one"
+                )
+            if self.readonly:
+                meta = self.env.open_db(b"meta", create=False)
+                with self.env.begin() as txn:
+                    found = txn.get(b"format_version", db=meta) is not None
+                if not found:
+                    raise NotAStoreError(
+                        f"{self.path!r} is not a deltalog store: its meta database has no "
+                        "format_version. Nothing was changed; point deltalog at a store folder"
+                    )
+        except (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError) as exc:
+            raise StoreOpenError(
+                f"{self.path!r} is damaged: its list of databases cannot be read "
+                f"({type(exc).__name__}: {exc}); restore it from a backup"
+            ) from exc
+        except lmdb.Error as exc:
+            raise NotAStoreError(
+                f"{self.path!r} is not a deltalog store ({type(exc).__name__}: {exc}). "
+                "Nothing was changed; point deltalog at a store folder"
+            ) from exc
 
     def _init_dbs(self) -> None:
         try:
@@ -2623,19 +2706,51 @@ class Store:
         return os.path.getsize(os.path.join(self.path, "data.mdb"))
 
     def copy_to(self, dest: str | os.PathLike[str], *, compact: bool = True) -> None:
-        """Consistent hot copy of the whole store (compacting by default) into a new folder."""
+        """Consistent hot copy of the whole store (compacting by default) into a new folder.
+
+        The one write path of backups and compactions. The copy goes to a
+        temporary file in ``dest``, owner-only (0600) from its creation, is
+        fsync'd, and only when complete is linked into place as ``data.mdb``
+        (then the folder is fsync'd): an interrupted copy leaves no
+        ``data.mdb``, so it never opens as a store (issue 15.4, 15.10).
+
+        Raises:
+            InvalidInputError: ``dest`` is a file, or a folder already holding a store.
+        """
         self._check_pid()
-        dest = os.fspath(dest)
-        if os.path.exists(os.path.join(dest, "data.mdb")):
-            raise DeltaLogError(f"{dest!r} already holds a store; pick an empty folder")
+        dest = store_folder(dest, what="backup destination")
+        final = os.path.join(dest, "data.mdb")
+        if os.path.exists(dest) and not os.path.isdir(dest):
+            raise InvalidInputError(
+                f"backup destination {dest!r} is a file; pass a new (or empty) folder path"
+            )
+        if os.path.lexists(final):
+            raise InvalidInputError(f"{dest!r} already holds a store; pick an empty folder")
         os.makedirs(dest, mode=0o700, exist_ok=True)
         _refuse_network_fs(dest)
+        fd, partial = tempfile.mkstemp(prefix=".data.mdb.", suffix=_PARTIAL_SUFFIX, dir=dest)
         try:
-            self.env.copy(dest, compact=compact)
+            try:
+                os.fchmod(fd, 0o600)
+                self.env.copyfd(fd, compact=compact)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(partial, final)  # unlike rename, never replaces a data.mdb
+            except FileExistsError:
+                raise InvalidInputError(
+                    f"{dest!r} received a store from someone else during the copy; pick an "
+                    "empty folder"
+                ) from None
         except lmdb.Error as exc:
             raise _translate(exc, dest) from exc
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.join(dest, "data.mdb"), 0o600)
+        except OSError as exc:
+            raise _translate(exc, dest) from exc
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
+        _fsync_dir(dest)
 
     def stats(self) -> dict[str, Any]:
         """Entry and page counts per named database plus map figures."""
@@ -2824,4 +2939,161 @@ def _refuse_network_fs(path: str) -> None:
         raise StoreOpenError(
             f"{path!r} is on a {fstype} filesystem; LMDB needs a local disk (locks and "
             "mmap are not coherent over NFS/SMB). Put the store on a local path"
+        )
+
+
+# LMDB's meta page starts after the 16-byte page header with this magic number
+# (native byte order); a data file without it is no LMDB environment.
+_LMDB_MAGIC: Final = 0xBEEFC0DE
+_PARTIAL_SUFFIX: Final = ".partial"
+
+
+def check_data_file(path: str, *, required: bool) -> None:
+    """Refuse a folder whose ``data.mdb`` is not an LMDB file, before LMDB touches it.
+
+    A 0-byte or garbage ``data.mdb`` (an interrupted copy by another tool) is
+    never initialised as a new store. With ``required`` (read-only opens) a
+    missing folder or ``data.mdb`` is refused too: a read never creates one.
+    """
+    if not os.path.isdir(path):
+        if os.path.exists(path) or required:
+            raise NotAStoreError(
+                f"{path!r} is not a deltalog store: "
+                + ("not a folder" if os.path.exists(path) else "no such folder")
+                + "; a store is a folder holding data.mdb: check the path"
+            )
+        return
+    data = os.path.join(path, "data.mdb")
+    try:
+        with open(data, "rb") as handle:
+            head = handle.read(24)
+    except FileNotFoundError:
+        if not required:
+            return
+        partial = sorted(n for n in os.listdir(path) if n.endswith(_PARTIAL_SUFFIX))
+        raise NotAStoreError(
+            f"{path!r} is not a deltalog store: it has no data.mdb"
+            + (
+                f" (only {partial[0]!r}, left by an interrupted backup or compact: delete "
+                "it and copy again)"
+                if partial
+                else "; check the path"
+            )
+        ) from None
+    except OSError as exc:
+        raise StoreOpenError(
+            f"cannot read {data!r} ({exc}); reading a store needs read access to its folder "
+            "and data.mdb"
+        ) from exc
+    if len(head) < 24 or int.from_bytes(head[16:20], sys.byteorder) != _LMDB_MAGIC:
+        raise NotAStoreError(
+            f"{path!r} is not a deltalog store: its data.mdb "
+            + (f"is {len(head)} bytes" if len(head) < 24 else "is not an LMDB file")
+            + " (an interrupted copy?). Nothing was changed; restore it from a backup, or "
+            "delete data.mdb to start a new store there"
+        )
+
+
+def _lock_held(path: str) -> bool:
+    """True when some process has the environment at ``path`` open (or it cannot be told).
+
+    Every process with an LMDB environment open holds an ``fcntl`` lock on the
+    first byte of ``lock.mdb``; ``F_GETLK`` asks about it through a read-only
+    descriptor. Linux only (the ``struct flock`` layout is the platform's).
+    """
+    if not sys.platform.startswith("linux"):
+        return True
+    try:
+        fd = os.open(os.path.join(path, "lock.mdb"), os.O_RDONLY)
+    except OSError:
+        return True
+    try:
+        query = struct.pack("hhqqixxxx", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+        answer = fcntl.fcntl(fd, fcntl.F_GETLK, query)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return bool(struct.unpack("hhqqixxxx", answer)[0] != fcntl.F_UNLCK)
+
+
+def _readonly_lock(path: str) -> tuple[bool, bool]:
+    """How a read-only open uses ``lock.mdb``: ``(lock, probe first without it)``.
+
+    * No ``lock.mdb`` (a backup, never opened since): no process has the store
+      open, and LMDB would create the file: read without it.
+    * ``lock.mdb`` writable by this user: use it (a writer starting later sees
+      this reader), after a lock-free probe when no process holds it.
+    * Not writable (a user with read access only): read without it if no
+      process has the store open; otherwise refuse with what access is needed.
+    """
+    lock_file = os.path.join(path, "lock.mdb")
+    if not os.path.exists(lock_file):
+        return False, False
+    held = _lock_held(path)
+    if os.access(lock_file, os.W_OK):
+        return True, not held
+    if not held:
+        return False, False
+    raise StoreOpenError(
+        f"{path!r} is open by another process and {lock_file!r} is not writable for this "
+        "user: reading a store while it is in use needs write access to lock.mdb (LMDB "
+        "registers each reader there). Ask its owner for that access, or read it when no "
+        "process has it open"
+    )
+
+
+def _fsync_dir(path: str) -> None:
+    """Make a rename or link in ``path`` durable (where the platform allows it)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def store_folder(path: Any, *, what: str = "store path") -> str:
+    """``path`` as a folder path string LMDB can open, or :class:`InvalidInputError` (R9).
+
+    Accepts ``str`` and ``os.PathLike[str]``; refuses other types, bytes
+    paths, NUL characters and names that cannot be encoded for the file system.
+    """
+    if isinstance(path, (bytes, bytearray)) or not isinstance(path, (str, os.PathLike)):
+        raise InvalidInputError(
+            f"{what} {path!r} is a {type(path).__name__}; pass a str or pathlib.Path"
+        )
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        raise InvalidInputError(f"{what} {path!r} is a bytes path; pass a str or pathlib.Path")
+    if not text:
+        raise InvalidInputError(f"{what} is empty; pass a folder path")
+    if "\x00" in text:
+        raise InvalidInputError(f"{what} {text!r} contains a NUL character; remove it")
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        raise InvalidInputError(
+            f"{what} {text!r} cannot be encoded for the file system; pass the name as "
+            "os.listdir() returns it"
+        ) from None
+    return text
+
+
+def _check_sizes(map_size: Any, max_map_size: Any, max_readers: Any) -> None:
+    """The environment's size options, or :class:`InvalidInputError` naming the bad one."""
+    for name, value, low in (
+        ("map_size", map_size, 1),
+        ("max_map_size", max_map_size, 1),
+        ("max_readers", max_readers, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise InvalidInputError(
+                f"{name}={value!r}: need a positive int"
+                + (" (bytes, e.g. 64 * 1024**2)" if "map" in name else " (e.g. 126)")
+            )
+    if max_map_size < map_size:
+        raise InvalidInputError(
+            f"max_map_size={max_map_size!r} is below map_size={map_size!r}; the cap of map "
+            "growth must be at least the initial map size: raise max_map_size or lower map_size"
         )
