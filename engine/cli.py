@@ -287,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         argv: Arguments without the program name (``sys.argv[1:]`` by default).
     """
     try:
-        cli.main(args=argv, prog_name="deltalog", standalone_mode=False)
+        # Without standalone mode, click returns a `ctx.exit(code)` status instead of exiting.
+        status = cli.main(args=argv, prog_name="deltalog", standalone_mode=False)
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
@@ -304,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 1
-    return 0
+    return status if isinstance(status, int) else 0
 
 
 if __name__ == "__main__":

@@ -149,6 +149,14 @@ def verify_cmd(path: Path, thread_ids: tuple[str, ...], deep: bool, as_json: boo
     """
     out = Output(as_json)
     with open_saver(path, readonly=True) as saver:
+        if thread_ids:
+            known = {t.thread_id for t in saver.threads()}
+            missing = [t for t in dict.fromkeys(thread_ids) if t not in known]
+            if missing:
+                raise CliError(
+                    f"no such thread(s) in {path}: {', '.join(map(repr, missing))}; "
+                    "`deltalog threads PATH` lists them"
+                )
         report: VerifyReport = saver.verify(list(thread_ids) or None, deep=deep)
     if as_json:
         out.json(report.to_dict())
@@ -175,7 +183,8 @@ def verify_cmd(path: Path, thread_ids: tuple[str, ...], deep: bool, as_json: boo
                 )
             out.console.print(table)
     if not report.ok:
-        click.get_current_context().exit(1)
+        errors = sum(p.severity == "error" for p in report.problems)
+        raise CliError(f"verify found {errors} error(s) in {path}; see the report above")
 
 
 # -- prune ------------------------------------------------------------------------------------------
