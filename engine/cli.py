@@ -24,6 +24,8 @@ from typing import Any, ClassVar
 import click
 from deltalog.engine.cli_common import (
     CONTEXT_SETTINGS,
+    SERDE_ENV,
+    TRUSTED_ENV,
     DeltaLogGroup,
     Output,
     human_bytes,
@@ -99,13 +101,32 @@ class _Root(DeltaLogGroup):
 @click.option(
     "--traceback", is_flag=True, help="Show the full traceback of an error (for bug reports)."
 )
+@click.option(
+    "--trusted",
+    is_flag=True,
+    envvar=TRUSTED_ENV,
+    help="Read values with LangGraph's default serde, which constructs any type a record "
+    "names: UNSAFE on files from others (runs their code). Default: strict allowlist.",
+)
+@click.option(
+    "--serde",
+    "serde_spec",
+    metavar="MODULE:ATTR",
+    envvar=SERDE_ENV,
+    help="Your serializer (or a function returning one), used as it is, "
+    "e.g. myapp.serde:serde. LANGGRAPH_AES_KEY alone is enough for EncryptedSerializer.",
+)
 @click.pass_context
-def cli(ctx: click.Context, traceback: bool) -> None:
+def cli(ctx: click.Context, traceback: bool, trusted: bool, serde_spec: str | None) -> None:
     """Inspect, operate and migrate deltalog stores of LangGraph checkpoints.
 
     PATH is always a store folder (what DeltaLogSaver.from_path opened).
+    Values are read under LangGraph's strict msgpack allowlist, so a crafted
+    store or export cannot run code; see --trusted.
     """
     ctx.meta["deltalog.traceback"] = traceback
+    ctx.meta["deltalog.trusted"] = trusted
+    ctx.meta["deltalog.serde"] = serde_spec
 
 
 # -- demo -------------------------------------------------------------------------------------

@@ -15,11 +15,14 @@ __all__ = [
     "DeltaChainError",
     "DeltaLogError",
     "FormatVersionError",
+    "ImportRecordError",
     "InvalidInputError",
     "KeyTooLongError",
+    "SerdeMismatchError",
     "StoreFullError",
     "StoreOpenError",
     "ThreadExistsError",
+    "UntrustedTypeError",
 ]
 
 
@@ -70,3 +73,29 @@ class CorruptRecordError(DeltaLogError):
 class DamagedKeyError(CorruptRecordError, ValueError):
     """Stored key bytes do not decode (LMDB keeps no checksums, so a damaged key is
     found only when it is read). A ``ValueError`` too, as the key decoders raised before."""
+
+
+class ImportRecordError(InvalidInputError):
+    """A record of an import stream is malformed; nothing was written (issue 15.8).
+
+    ``line`` is the record's line in the stream (the header is line 1) and
+    ``reason`` what is wrong with it; the message is ``line N of the import
+    stream: reason``.
+    """
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(f"line {line} of the import stream: {reason}")
+        self.line = line
+        self.reason = reason
+
+
+class SerdeMismatchError(DeltaLogError, NotImplementedError):
+    """A stored value's type is one this saver's serde does not load, e.g. a value
+    written with ``EncryptedSerializer`` read without the key. A ``NotImplementedError``
+    too, as LangGraph's serde raised before."""
+
+
+class UntrustedTypeError(DeltaLogError):
+    """A value read under LangGraph's strict msgpack allowlist names a type it blocks, where
+    a command would write what it read (``migrate``, ``prune --graph``): refused, not
+    silently stored as plain data (issue 15.14)."""

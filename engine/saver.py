@@ -45,6 +45,7 @@ from deltalog.engine.cache import DecodedCache, HistoryCopies, gc_paused
 from deltalog.engine.codec import RecordCodec
 from deltalog.engine.core import Node, Plan, plan_delete, plan_keep
 from deltalog.engine.errors import ConfigError, DeltaChainError, DeltaLogError, InvalidInputError
+from deltalog.engine.import_check import EXPORT_FORMAT, EXPORT_VERSION, check_import
 from deltalog.engine.reports import CompactReport, CopyReport, Problem, RemovalReport, VerifyReport
 from deltalog.engine.store import INLINE_MAX, Store, WriteTxn
 from deltalog.engine.store_rows import (
@@ -74,9 +75,6 @@ __all__ = ["DeltaLogSaver"]
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
-
-EXPORT_FORMAT = "deltalog-export"
-EXPORT_VERSION = 1
 
 # Rows read per read transaction while listing: short transactions keep LMDB
 # from pinning old pages while the caller consumes the iterator.
@@ -1031,24 +1029,17 @@ class DeltaLogSaver(
     def import_records(self, records: Iterable[dict[str, Any]]) -> dict[str, int]:
         """Import an export stream in one write transaction (all or nothing, R8).
 
+        Every record is validated first (:func:`~deltalog.engine.import_check.check_import`:
+        types, ids, versions, value types this saver's serde loads, duplicates,
+        parent cycles); only a stream that passes is written.
+
         Raises:
-            InvalidInputError: The stream has no valid header or a malformed record.
+            InvalidInputError: ``records`` is not an iterable of records.
+            ImportRecordError: A record is malformed; the message names its line.
             ThreadExistsError: A thread in the stream already exists here.
         """
-        items = iter(records)
-        header = next(items, None)
-        if not isinstance(header, Mapping) or header.get("format") != EXPORT_FORMAT:
-            raise InvalidInputError(
-                f"import stream starts with {header!r:.80}, not a {EXPORT_FORMAT} header; "
-                "pass the output of `deltalog export`"
-            )
-        if header.get("version") != EXPORT_VERSION:
-            raise InvalidInputError(
-                f"export stream version {header.get('version')!r}; this deltalog reads "
-                f"version {EXPORT_VERSION}"
-            )
-        rows = builtins.list(items)
-        return self.store.write(lambda w: w.import_records(rows))
+        rows, first_lines = check_import(records, self.serde)
+        return self.store.write(lambda w: w.import_records(rows, first_lines=first_lines))
 
     # -- async twins -------------------------------------------------------------------------
 
