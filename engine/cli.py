@@ -28,6 +28,7 @@ from deltalog.engine.cli_common import (
     TRUSTED_ENV,
     DeltaLogGroup,
     Output,
+    cli_serde,
     human_bytes,
     json_option,
     open_saver,
@@ -252,7 +253,12 @@ def migrate_cmd(
     if to_uri is not None and not path.is_dir():
         raise click.BadParameter(f"no store at {path}", param_hint="PATH")
     uri = to_uri or from_uri or ""
-    with open_saver(path, readonly=to_uri is not None) as store, open_saver_uri(uri) as other:
+    # The source is read strictly and a blocked type refused: the target would store plain data.
+    reading = cli_serde(refuse_blocked=True)
+    with (
+        open_saver(path, readonly=to_uri is not None, serde=reading if to_uri else None) as store,
+        open_saver_uri(uri, serde=None if to_uri else reading) as other,
+    ):
         source: BaseCheckpointSaver[Any] = store if to_uri else other
         target: BaseCheckpointSaver[Any] = other if to_uri else store
         plan = plan_migration(source, target, list(thread_ids) or None)

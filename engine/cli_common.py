@@ -16,6 +16,7 @@ import dataclasses
 import importlib
 import importlib.util
 import json
+import logging
 import os
 import re
 import sys
@@ -300,6 +301,13 @@ def _on_serde_event(event: SerdeEvent) -> None:
 _listening: list[bool] = []
 
 
+class _QuietWhileRefusing(logging.Filter):
+    """Drop LangGraph's "Blocked deserialization" warning where the CLI raises its own error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return getattr(_events, "seen", None) is None
+
+
 class StrictSerializer(JsonPlusSerializer):
     """LangGraph's serde in strict msgpack mode: only its built-in allowlist of safe types
     is constructed (a crafted record can name ``os.system``; it comes back as plain data).
@@ -314,6 +322,7 @@ class StrictSerializer(JsonPlusSerializer):
         self.refuse_blocked = refuse_blocked
         if not _listening:
             register_serde_event_listener(_on_serde_event)
+            logging.getLogger(JsonPlusSerializer.__module__).addFilter(_QuietWhileRefusing())
             _listening.append(True)
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:

@@ -273,7 +273,8 @@ def prune_cmd(
     if bool(thread_ids) == all_threads:
         raise click.UsageError("name the threads to prune, or pass --all (not both)")
     graph = load_graph(graph_spec) if graph_spec else None
-    with open_saver(path) as saver:
+    # With --graph, seeds are values read and written back: refuse a type the allowlist blocks.
+    with open_saver(path, serde=cli_serde(refuse_blocked=graph is not None)) as saver:
         tids = [t.thread_id for t in saver.threads()] if all_threads else list(thread_ids)
         report = saver.prune(
             tids,
