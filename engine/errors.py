@@ -22,6 +22,7 @@ __all__ = [
     "StoreFullError",
     "StoreOpenError",
     "ThreadExistsError",
+    "UndecryptableValueError",
     "UntrustedTypeError",
 ]
 
@@ -99,3 +100,8 @@ class UntrustedTypeError(DeltaLogError):
     """A value read under LangGraph's strict msgpack allowlist names a type it blocks, where
     a command would write what it read (``migrate``, ``prune --graph``): refused, not
     silently stored as plain data (issue 15.14)."""
+
+
+class UndecryptableValueError(SerdeMismatchError, ValueError):
+    """An encrypted value does not decrypt with this saver's key (wrong key, or altered).
+    A ``ValueError`` too, as the cipher raised before."""
