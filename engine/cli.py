@@ -24,8 +24,11 @@ from typing import Any, ClassVar
 import click
 from deltalog.engine.cli_common import (
     CONTEXT_SETTINGS,
+    SERDE_ENV,
+    TRUSTED_ENV,
     DeltaLogGroup,
     Output,
+    cli_serde,
     human_bytes,
     json_option,
     open_saver,
@@ -99,13 +102,32 @@ class _Root(DeltaLogGroup):
 @click.option(
     "--traceback", is_flag=True, help="Show the full traceback of an error (for bug reports)."
 )
+@click.option(
+    "--trusted",
+    is_flag=True,
+    envvar=TRUSTED_ENV,
+    help="Read values with LangGraph's default serde, which constructs any type a record "
+    "names: UNSAFE on files from others (runs their code). Default: strict allowlist.",
+)
+@click.option(
+    "--serde",
+    "serde_spec",
+    metavar="MODULE:ATTR",
+    envvar=SERDE_ENV,
+    help="Your serializer (or a function returning one), used as it is, "
+    "e.g. myapp.serde:serde. LANGGRAPH_AES_KEY alone is enough for EncryptedSerializer.",
+)
 @click.pass_context
-def cli(ctx: click.Context, traceback: bool) -> None:
+def cli(ctx: click.Context, traceback: bool, trusted: bool, serde_spec: str | None) -> None:
     """Inspect, operate and migrate deltalog stores of LangGraph checkpoints.
 
     PATH is always a store folder (what DeltaLogSaver.from_path opened).
+    Values are read under LangGraph's strict msgpack allowlist, so a crafted
+    store or export cannot run code; see --trusted.
     """
     ctx.meta["deltalog.traceback"] = traceback
+    ctx.meta["deltalog.trusted"] = trusted
+    ctx.meta["deltalog.serde"] = serde_spec
 
 
 # -- demo -------------------------------------------------------------------------------------
@@ -231,7 +253,12 @@ def migrate_cmd(
     if to_uri is not None and not path.is_dir():
         raise click.BadParameter(f"no store at {path}", param_hint="PATH")
     uri = to_uri or from_uri or ""
-    with open_saver(path, readonly=to_uri is not None) as store, open_saver_uri(uri) as other:
+    # The source is read strictly and a blocked type refused: the target would store plain data.
+    reading = cli_serde(refuse_blocked=True)
+    with (
+        open_saver(path, readonly=to_uri is not None, serde=reading if to_uri else None) as store,
+        open_saver_uri(uri, serde=None if to_uri else reading) as other,
+    ):
         source: BaseCheckpointSaver[Any] = store if to_uri else other
         target: BaseCheckpointSaver[Any] = other if to_uri else store
         plan = plan_migration(source, target, list(thread_ids) or None)
@@ -287,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         argv: Arguments without the program name (``sys.argv[1:]`` by default).
     """
     try:
-        cli.main(args=argv, prog_name="deltalog", standalone_mode=False)
+        # Without standalone mode, click returns a `ctx.exit(code)` status instead of exiting.
+        status = cli.main(args=argv, prog_name="deltalog", standalone_mode=False)
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
@@ -304,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 1
-    return 0
+    return status if isinstance(status, int) else 0
 
 
 if __name__ == "__main__":

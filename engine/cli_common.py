@@ -16,9 +16,11 @@ import dataclasses
 import importlib
 import importlib.util
 import json
+import logging
 import os
 import re
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import date, datetime, timedelta, timezone
@@ -26,11 +28,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from deltalog.engine.errors import DeltaLogError, NotAStoreError
+from deltalog.engine.errors import DeltaLogError, NotAStoreError, UntrustedTypeError
 from deltalog.engine.saver import DeltaLogSaver
 from deltalog.engine.store import Store, check_data_file
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.checkpoint.serde.event_hooks import SerdeEvent, register_serde_event_listener
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.pregel import Pregel
 from rich.console import Console
@@ -45,18 +51,25 @@ from rich.progress import (
 from ulid import ULID
 
 __all__ = [
+    "AES_KEY_ENV",
     "CONTEXT_SETTINGS",
+    "SERDE_ENV",
+    "TRUSTED_ENV",
     "CliError",
     "DeltaLogGroup",
     "Output",
+    "StrictSerializer",
     "age_option",
+    "cli_serde",
     "config_for",
     "dump_json",
     "graph_option",
     "human_bytes",
     "id_time",
+    "import_attr",
     "json_option",
     "load_graph",
+    "make_serde",
     "ns_option",
     "one_line",
     "open_saver",
@@ -270,9 +283,123 @@ def config_for(
 # -- the store and the user's graph ------------------------------------------------------
 
 
+# -- the serializer of CLI reads (issue 15.14, 15.16) ---------------------------------------
+
+TRUSTED_ENV = "DELTALOG_TRUSTED"
+SERDE_ENV = "DELTALOG_SERDE"
+AES_KEY_ENV = "LANGGRAPH_AES_KEY"
+
+_events = threading.local()
+
+
+def _on_serde_event(event: SerdeEvent) -> None:
+    seen: list[SerdeEvent] | None = getattr(_events, "seen", None)
+    if seen is not None and event["kind"] in ("msgpack_blocked", "msgpack_method_blocked"):
+        seen.append(event)
+
+
+_listening: list[bool] = []
+
+
+class _QuietWhileRefusing(logging.Filter):
+    """Drop LangGraph's "Blocked deserialization" warning where the CLI raises its own error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return getattr(_events, "seen", None) is None
+
+
+class StrictSerializer(JsonPlusSerializer):
+    """LangGraph's serde in strict msgpack mode: only its built-in allowlist of safe types
+    is constructed (a crafted record can name ``os.system``; it comes back as plain data).
+
+    With ``refuse_blocked``, a value naming a type the allowlist blocks raises
+    :class:`UntrustedTypeError` instead: commands that write what they read
+    (``migrate``, ``prune --graph``) would otherwise store it as a plain dict.
+    """
+
+    def __init__(self, *, refuse_blocked: bool = False) -> None:
+        super().__init__(pickle_fallback=False, allowed_msgpack_modules=None)
+        self.refuse_blocked = refuse_blocked
+        if not _listening:
+            register_serde_event_listener(_on_serde_event)
+            logging.getLogger(JsonPlusSerializer.__module__).addFilter(_QuietWhileRefusing())
+            _listening.append(True)
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        """Load like JsonPlusSerializer; with ``refuse_blocked``, refuse blocked types."""
+        if not self.refuse_blocked:
+            return super().loads_typed(data)
+        outer = getattr(_events, "seen", None)
+        _events.seen = []
+        try:
+            value = super().loads_typed(data)
+            blocked = _events.seen
+        finally:
+            _events.seen = outer
+        if blocked:
+            names = ", ".join(sorted({f"{e['module']}.{e['name']}" for e in blocked}))
+            raise UntrustedTypeError(
+                f"a stored value names {names}, which LangGraph's strict msgpack allowlist "
+                "blocks; copying it would store plain data instead. If the store's contents "
+                f"are yours, re-run as `deltalog --trusted ...` (or set {TRUSTED_ENV}=1)"
+            )
+        return value
+
+
+def make_serde(
+    *, trusted: bool = False, spec: str | None = None, refuse_blocked: bool = False
+) -> SerializerProtocol:
+    """The serializer CLI commands read and write with.
+
+    Default: :class:`StrictSerializer` (safe on files from anyone); ``trusted``:
+    LangGraph's default ``JsonPlusSerializer`` (constructs any type a record
+    names: only for your own stores); ``spec`` (``MODULE:ATTR``): your serializer,
+    used as it is. With ``LANGGRAPH_AES_KEY`` set (and no ``spec``), values are
+    decrypted with ``EncryptedSerializer.from_pycryptodome_aes()`` around it.
+
+    Raises:
+        CliError: ``spec`` does not import or is not a serializer; the AES key is unusable.
+    """
+    if spec:
+        obj = import_attr(spec, "--serde")
+        if not hasattr(obj, "loads_typed") and callable(obj):
+            obj = obj()
+        if not (hasattr(obj, "loads_typed") and hasattr(obj, "dumps_typed")):
+            raise CliError(
+                f"--serde {spec!r} is a {type(obj).__name__}; point it at a serializer "
+                "(with dumps_typed/loads_typed) or a function returning one"
+            )
+        serde: SerializerProtocol = obj
+        return serde
+    base: SerializerProtocol = (
+        JsonPlusSerializer() if trusted else StrictSerializer(refuse_blocked=refuse_blocked)
+    )
+    if os.environ.get(AES_KEY_ENV):
+        try:
+            return EncryptedSerializer.from_pycryptodome_aes(serde=base)
+        except (ValueError, ImportError) as exc:
+            raise CliError(f"{AES_KEY_ENV}: {one_line(exc)}") from None
+    return base
+
+
+def cli_serde(*, refuse_blocked: bool = False) -> SerializerProtocol:
+    """:func:`make_serde` with the ``--trusted`` / ``--serde`` options of this invocation."""
+    ctx = click.get_current_context(silent=True)
+    meta: dict[str, Any] = ctx.meta if ctx is not None else {}
+    return make_serde(
+        trusted=bool(meta.get("deltalog.trusted")),
+        spec=meta.get("deltalog.serde"),
+        refuse_blocked=refuse_blocked,
+    )
+
+
 @contextlib.contextmanager
 def open_saver(
-    path: Path | str, *, readonly: bool = False, create: bool = True
+    path: Path | str,
+    *,
+    readonly: bool = False,
+    create: bool = True,
+    serde: SerializerProtocol | None = None,
 ) -> Iterator[DeltaLogSaver]:
     """Open the store at ``path`` (read-only for inspection) and close it afterwards.
 
@@ -280,12 +407,17 @@ def open_saver(
     folder that holds no deltalog store is refused with exit status 2 and
     nothing is created or changed (R12, issue 15.5). So is a folder without
     ``data.mdb`` for a writable open with ``create`` False (prune, copy, delete).
+    Values are read with ``serde``, by default :func:`cli_serde` (strict, unless
+    ``--trusted``).
     """
+    serde = serde if serde is not None else cli_serde()
     try:
         if not readonly and not create:
             check_data_file(os.fspath(path), required=True)
         saver = (
-            DeltaLogSaver(Store(path, readonly=True)) if readonly else DeltaLogSaver.from_path(path)
+            DeltaLogSaver(Store(path, readonly=True), serde=serde)
+            if readonly
+            else DeltaLogSaver.from_path(path, serde=serde)
         )
     except NotAStoreError as exc:
         raise NotAStoreCliError(one_line(exc)) from exc
@@ -311,9 +443,18 @@ def load_graph(spec: str) -> Pregel[Any, Any, Any, Any]:
     Raises:
         CliError: The spec is malformed, the import fails, or the object is not a graph.
     """
+    return _as_graph(import_attr(spec, "--graph"), spec)
+
+
+def import_attr(spec: str, option: str) -> Any:
+    """The object ``module:attr`` or ``path/to/file.py:attr`` names (for ``option``).
+
+    Raises:
+        CliError: The spec is malformed, the import fails, or the attribute is missing.
+    """
     module_name, sep, attr = spec.rpartition(":")
     if not sep or not module_name or not attr:
-        raise CliError(f"--graph {spec!r}: expected MODULE:ATTR, e.g. myapp.agent:graph")
+        raise CliError(f"{option} {spec!r}: expected MODULE:ATTR, e.g. myapp.agent:graph")
     try:
         if module_name.endswith(".py") or os.sep in module_name:
             file = Path(module_name).resolve()
@@ -331,13 +472,15 @@ def load_graph(spec: str) -> Pregel[Any, Any, Any, Any]:
                 sys.path.insert(0, os.getcwd())
             module = importlib.import_module(module_name)
     except Exception as exc:
-        raise CliError(f"--graph {spec!r}: cannot import {module_name!r}: {one_line(exc)}") from exc
+        raise CliError(
+            f"{option} {spec!r}: cannot import {module_name!r}: {one_line(exc)}"
+        ) from exc
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise CliError(f"--graph {spec!r}: {module_name!r} has no attribute {attr!r}")
+            raise CliError(f"{option} {spec!r}: {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
-    return _as_graph(obj, spec)
+    return obj
 
 
 def _as_graph(obj: Any, spec: str) -> Pregel[Any, Any, Any, Any]:

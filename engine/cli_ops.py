@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,14 +27,18 @@ from deltalog.engine.cli_common import (
     CliError,
     Output,
     age_option,
+    cli_serde,
     graph_option,
     human_bytes,
     json_option,
     load_graph,
+    one_line,
     open_saver,
     progress_bar,
     store_path,
 )
+from deltalog.engine.errors import ImportRecordError
+from deltalog.engine.import_check import check_import
 from deltalog.engine.reports import RemovalReport, VerifyReport
 from rich.markup import escape
 from rich.table import Table
@@ -111,14 +115,25 @@ def decode_record(line: str) -> dict[str, Any]:
     return decoded
 
 
-def _read_lines(stream: IO[str]) -> Iterator[dict[str, Any]]:
-    for number, line in enumerate(stream, 1):
-        if not line.strip():
-            continue
+def _read_lines(stream: IO[bytes]) -> tuple[list[Any], list[int]]:
+    """Every non-blank line of an import stream, decoded, and its line number.
+
+    A line that is JSON but not an object is kept: the validation pass names it.
+    """
+    records: list[Any] = []
+    numbers: list[int] = []
+    for number, raw in enumerate(stream, 1):
         try:
-            yield decode_record(line)
-        except ValueError as exc:
-            raise CliError(f"line {number} of the import stream: {exc}") from exc
+            line = raw.decode("utf-8")
+            if not line.strip():
+                continue
+            records.append(_decode(json.loads(line)))
+        except (ValueError, RecursionError) as exc:
+            # json's and base64's errors, UnicodeDecodeError, nesting too deep to decode.
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else one_line(exc)
+            raise ImportRecordError(number, reason) from None
+        numbers.append(number)
+    return records, numbers
 
 
 # -- verify --------------------------------------------------------------------------------------
@@ -149,6 +164,14 @@ def verify_cmd(path: Path, thread_ids: tuple[str, ...], deep: bool, as_json: boo
     """
     out = Output(as_json)
     with open_saver(path, readonly=True) as saver:
+        if thread_ids:
+            known = {t.thread_id for t in saver.threads()}
+            missing = [t for t in dict.fromkeys(thread_ids) if t not in known]
+            if missing:
+                raise CliError(
+                    f"no such thread(s) in {path}: {', '.join(map(repr, missing))}; "
+                    "`deltalog threads PATH` lists them"
+                )
         report: VerifyReport = saver.verify(list(thread_ids) or None, deep=deep)
     if as_json:
         out.json(report.to_dict())
@@ -175,7 +198,8 @@ def verify_cmd(path: Path, thread_ids: tuple[str, ...], deep: bool, as_json: boo
                 )
             out.console.print(table)
     if not report.ok:
-        click.get_current_context().exit(1)
+        errors = sum(p.severity == "error" for p in report.problems)
+        raise CliError(f"verify found {errors} error(s) in {path}; see the report above")
 
 
 # -- prune ------------------------------------------------------------------------------------------
@@ -249,7 +273,8 @@ def prune_cmd(
     if bool(thread_ids) == all_threads:
         raise click.UsageError("name the threads to prune, or pass --all (not both)")
     graph = load_graph(graph_spec) if graph_spec else None
-    with open_saver(path, create=False) as saver:
+    # With --graph, seeds are values read and written back: refuse a type the allowlist blocks.
+    with open_saver(path, create=False, serde=cli_serde(refuse_blocked=graph is not None)) as saver:
         tids = [t.thread_id for t in saver.threads()] if all_threads else list(thread_ids)
         report = saver.prune(
             tids,
@@ -463,9 +488,9 @@ def export_cmd(path: Path, thread_ids: tuple[str, ...], output: IO[str]) -> None
     ),
 )
 @store_path(exists=False)
-@click.argument("source", metavar="[FILE]", type=click.File("r", encoding="utf-8"), default="-")
+@click.argument("source", metavar="[FILE]", type=click.File("rb"), default="-")
 @json_option
-def import_cmd(path: Path, source: IO[str], as_json: bool) -> None:
+def import_cmd(path: Path, source: IO[bytes], as_json: bool) -> None:
     """Import a `deltalog export` stream (from FILE or stdin) into the store at PATH.
 
     One transaction: all of it or, on any error, nothing. The store is
@@ -474,9 +499,17 @@ def import_cmd(path: Path, source: IO[str], as_json: bool) -> None:
     out = Output(as_json)
     if source.isatty():
         raise click.UsageError("pass FILE or pipe an export stream: deltalog import PATH < file")
-    records: Iterable[dict[str, Any]] = _read_lines(source)
-    with open_saver(path) as saver:
-        counts = saver.import_records(records)
+    records, numbers = _read_lines(source)
+    serde = cli_serde()
+    try:
+        # Validate before the store is opened (or created): a bad stream leaves PATH alone.
+        check_import(records, serde)
+        with open_saver(path, serde=serde) as saver:
+            counts = saver.import_records(records)
+    except ImportRecordError as exc:
+        # The library counts records; blank lines were skipped here.
+        line = numbers[exc.line - 1] if 0 < exc.line <= len(numbers) else exc.line
+        raise ImportRecordError(line, exc.reason) from None
     if as_json:
         out.json(counts)
     else:

@@ -15,14 +15,18 @@ __all__ = [
     "DeltaChainError",
     "DeltaLogError",
     "FormatVersionError",
+    "ImportRecordError",
     "InvalidInputError",
     "KeyTooLongError",
+    "NotAStoreError",
     "ParentCycleError",
     "ReducerMismatchError",
-    "NotAStoreError",
+    "SerdeMismatchError",
     "StoreFullError",
     "StoreOpenError",
     "ThreadExistsError",
+    "UndecryptableValueError",
+    "UntrustedTypeError",
 ]
 
 
@@ -88,7 +92,40 @@ class ReducerMismatchError(InvalidInputError):
     The check runs in the prune's write transaction before any seed is written;
     nothing is changed. The message names the channel and the mismatch.
     """
+
+
 class NotAStoreError(StoreOpenError):
     """The path holds no deltalog store: no folder, no ``data.mdb``, an empty or
     partial one, or another application's LMDB environment. Nothing was created
     or changed (R12)."""
+
+
+class ImportRecordError(InvalidInputError):
+    """A record of an import stream is malformed; nothing was written (issue 15.8).
+
+    ``line`` is the record's line in the stream (the header is line 1) and
+    ``reason`` what is wrong with it; the message is ``line N of the import
+    stream: reason``.
+    """
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(f"line {line} of the import stream: {reason}")
+        self.line = line
+        self.reason = reason
+
+
+class SerdeMismatchError(DeltaLogError, NotImplementedError):
+    """A stored value's type is one this saver's serde does not load, e.g. a value
+    written with ``EncryptedSerializer`` read without the key. A ``NotImplementedError``
+    too, as LangGraph's serde raised before."""
+
+
+class UntrustedTypeError(DeltaLogError):
+    """A value read under LangGraph's strict msgpack allowlist names a type it blocks, where
+    a command would write what it read (``migrate``, ``prune --graph``): refused, not
+    silently stored as plain data (issue 15.14)."""
+
+
+class UndecryptableValueError(SerdeMismatchError, ValueError):
+    """An encrypted value does not decrypt with this saver's key (wrong key, or altered).
+    A ``ValueError`` too, as the cipher raised before."""

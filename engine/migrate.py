@@ -59,6 +59,7 @@ from deltalog.engine.saver import DeltaLogSaver
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, ChannelVersions
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 __all__ = [
     "CheckpointRef",
@@ -492,8 +493,8 @@ def describe_uri(uri: str) -> str:
 
 
 @contextlib.contextmanager
-def open_saver_uri(uri: str) -> Iterator[Saver]:
-    """Open the saver a URI names and close it afterwards.
+def open_saver_uri(uri: str, *, serde: SerializerProtocol | None = None) -> Iterator[Saver]:
+    """Open the saver a URI names (with ``serde``, else its default) and close it afterwards.
 
     * ``sqlite:FILE`` (or ``sqlite:///abs/path``): a ``SqliteSaver`` on that file
       (created if missing; needs ``langgraph-checkpoint-sqlite``).
@@ -502,7 +503,8 @@ def open_saver_uri(uri: str) -> Iterator[Saver]:
     * ``deltalog:PATH``: a deltalog store.
 
     Raises:
-        MigrationError: Unknown scheme, or the saver's package is not installed.
+        MigrationError: Unknown scheme, the saver's package is not installed, or the
+            SQLite file cannot be opened.
     """
     if m := _SQLITE.match(uri):
         try:
@@ -512,10 +514,20 @@ def open_saver_uri(uri: str) -> Iterator[Saver]:
                 "sqlite: targets need langgraph-checkpoint-sqlite; "
                 "pip install langgraph-checkpoint-sqlite"
             ) from exc
-        conn = sqlite3.connect(os.path.expanduser(m.group("path")), check_same_thread=False)
+        file = os.path.expanduser(m.group("path"))
         try:
-            sqlite_saver = SqliteSaver(conn)
-            sqlite_saver.setup()
+            conn = sqlite3.connect(file, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise MigrationError(f"{uri}: cannot open SQLite file {file!r} ({exc})") from None
+        try:
+            sqlite_saver = SqliteSaver(conn, serde=serde)
+            try:
+                sqlite_saver.setup()
+            except sqlite3.Error as exc:
+                raise MigrationError(
+                    f"{uri}: {file!r} is not a usable SQLite database ({exc}); check the path "
+                    "and that it is a file you may write"
+                ) from None
             yield sqlite_saver
         finally:
             conn.close()
@@ -529,6 +541,8 @@ def open_saver_uri(uri: str) -> Iterator[Saver]:
             ) from exc
         try:
             with PostgresSaver.from_conn_string(uri) as pg_saver:
+                if serde is not None:
+                    pg_saver.serde = serde
                 pg_saver.setup()
                 yield pg_saver
         except DeltaLogError:
@@ -540,7 +554,7 @@ def open_saver_uri(uri: str) -> Iterator[Saver]:
                 ) from exc
             raise
     elif uri.startswith("deltalog:"):
-        with DeltaLogSaver.from_path(uri[len("deltalog:") :]) as dl_saver:
+        with DeltaLogSaver.from_path(uri[len("deltalog:") :], serde=serde) as dl_saver:
             yield dl_saver
     else:
         raise MigrationError(

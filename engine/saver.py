@@ -44,7 +44,15 @@ from deltalog.engine import keys
 from deltalog.engine.cache import DecodedCache, HistoryCopies, gc_paused
 from deltalog.engine.codec import RecordCodec
 from deltalog.engine.core import Node, Plan, plan_delete, plan_keep
-from deltalog.engine.errors import ConfigError, DeltaChainError, DeltaLogError, InvalidInputError
+from deltalog.engine.errors import (
+    ConfigError,
+    DeltaChainError,
+    DeltaLogError,
+    InvalidInputError,
+    SerdeMismatchError,
+    UndecryptableValueError,
+)
+from deltalog.engine.import_check import EXPORT_FORMAT, EXPORT_VERSION, check_import
 from deltalog.engine.reports import CompactReport, CopyReport, Problem, RemovalReport, VerifyReport
 from deltalog.engine.store import INLINE_MAX, Store, WriteTxn, store_folder
 from deltalog.engine.store_rows import (
@@ -74,9 +82,6 @@ __all__ = ["DeltaLogSaver"]
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
-
-EXPORT_FORMAT = "deltalog-export"
-EXPORT_VERSION = 1
 
 # Rows read per read transaction while listing: short transactions keep LMDB
 # from pinning old pages while the caller consumes the iterator.
@@ -231,9 +236,25 @@ class DeltaLogSaver(
         """Decode a stored channel value through the cache (a private copy per caller)."""
 
         def decode(record: bytes) -> Any:
-            return self.serde.loads_typed(value.typed)
+            return self._loads(value.typed)
 
         return self.cache.load(value.record, decode, len(value.typed[1]))
+
+    def _loads(self, typed: Typed, what: str = "a stored value") -> Any:
+        """``serde.loads_typed``, with a value the serde cannot load as :class:`SerdeMismatchError`.
+
+        Raises:
+            SerdeMismatchError: The value's type is one this serde does not load
+                (e.g. ``msgpack+aes`` without the key), or it does not decrypt.
+        """
+        try:
+            return self.serde.loads_typed(typed)
+        except NotImplementedError as exc:
+            raise _serde_mismatch(self.serde, typed[0], what, None) from exc
+        except ValueError as exc:
+            if "+" not in str(typed[0]):
+                raise
+            raise _serde_mismatch(self.serde, typed[0], what, exc) from exc
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> DeltaLogSaver:
         """A clone with a stricter msgpack allowlist and its own value cache.
@@ -248,7 +269,7 @@ class DeltaLogSaver(
         return clone
 
     def _to_tuple(self, row: CheckpointRow) -> CheckpointTuple:
-        loads = self.serde.loads_typed
+        loads = self._loads
         checkpoint: Checkpoint = loads(row.checkpoint)
         checkpoint["id"] = row.checkpoint_id
         checkpoint["channel_versions"] = dict(row.channel_versions)
@@ -339,7 +360,7 @@ class DeltaLogSaver(
                 if row.hidden:
                     continue
                 if filter:
-                    metadata = self.serde.loads_typed(row.metadata)
+                    metadata = self._loads(row.metadata)
                     if not all(metadata.get(k) == v for k, v in filter.items()):
                         continue
                 yield self._to_tuple(row)
@@ -423,7 +444,7 @@ class DeltaLogSaver(
         kept (:class:`~deltalog.engine.cache.HistoryCopies`), only the writes
         read fresh go through the serde; the rest are unpickled copies.
         """
-        loads = self.serde.loads_typed
+        loads = self._loads
         copies = self.history_copies
         base = history.base
         chunks = copies.get(base) if base is not None else None
@@ -854,9 +875,7 @@ class DeltaLogSaver(
                         for cid in nodes:
                             row = r.checkpoint(t, n, cid, with_values=False, with_writes=False)
                             if row is not None:
-                                g.timestamps[cid] = _parse_ts(
-                                    self.serde.loads_typed(row.checkpoint).get("ts")
-                                )
+                                g.timestamps[cid] = _parse_ts(self._loads(row.checkpoint).get("ts"))
                     groups.append(g)
         return groups
 
@@ -1050,24 +1069,17 @@ class DeltaLogSaver(
     def import_records(self, records: Iterable[dict[str, Any]]) -> dict[str, int]:
         """Import an export stream in one write transaction (all or nothing, R8).
 
+        Every record is validated first (:func:`~deltalog.engine.import_check.check_import`:
+        types, ids, versions, value types this saver's serde loads, duplicates,
+        parent cycles); only a stream that passes is written.
+
         Raises:
-            InvalidInputError: The stream has no valid header or a malformed record.
+            InvalidInputError: ``records`` is not an iterable of records.
+            ImportRecordError: A record is malformed; the message names its line.
             ThreadExistsError: A thread in the stream already exists here.
         """
-        items = iter(records)
-        header = next(items, None)
-        if not isinstance(header, Mapping) or header.get("format") != EXPORT_FORMAT:
-            raise InvalidInputError(
-                f"import stream starts with {header!r:.80}, not a {EXPORT_FORMAT} header; "
-                "pass the output of `deltalog export`"
-            )
-        if header.get("version") != EXPORT_VERSION:
-            raise InvalidInputError(
-                f"export stream version {header.get('version')!r}; this deltalog reads "
-                f"version {EXPORT_VERSION}"
-            )
-        rows = builtins.list(items)
-        return self.store.write(lambda w: w.import_records(rows))
+        rows, first_lines = check_import(records, self.serde)
+        return self.store.write(lambda w: w.import_records(rows, first_lines=first_lines))
 
     # -- async twins -------------------------------------------------------------------------
 
@@ -1200,6 +1212,39 @@ def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str | None) -> Ru
             "checkpoint_id": checkpoint_id,
         }
     }
+
+
+def _serde_mismatch(
+    serde: SerializerProtocol, type_tag: Any, what: str, error: Exception | None
+) -> SerdeMismatchError:
+    """The error of a value ``serde`` cannot load, naming the likely cause and the fix."""
+    tag = str(type_tag)
+    serde_name = type(serde).__name__
+    if "+" in tag:
+        cipher = tag.split("+", 1)[1]
+        if error is not None:
+            return UndecryptableValueError(
+                f"{what} of type {tag!r} cannot be decrypted by {serde_name} "
+                f"({type(error).__name__}: {error}): wrong key? It was written with "
+                f"EncryptedSerializer ({cipher}); pass the serde= that wrote the store, with "
+                "its key (deltalog CLI: LANGGRAPH_AES_KEY or --serde MODULE:ATTR)"
+            )
+        return SerdeMismatchError(
+            f"{what} of type {tag!r} was written with EncryptedSerializer ({cipher}) and "
+            f"{serde_name} cannot decrypt it; pass serde=EncryptedSerializer."
+            "from_pycryptodome_aes() with the key (LANGGRAPH_AES_KEY); deltalog CLI: set "
+            "LANGGRAPH_AES_KEY or pass --serde MODULE:ATTR"
+        )
+    if tag == "pickle":
+        return SerdeMismatchError(
+            f"{what} of type 'pickle' is refused by {serde_name} (pickle fallback off: "
+            "unpickling runs code); only if you trust whoever wrote the store, pass "
+            "serde=JsonPlusSerializer(pickle_fallback=True)"
+        )
+    return SerdeMismatchError(
+        f"{what} of type {tag!r} is not a type {serde_name} loads; pass the serde= that "
+        "wrote the store (deltalog CLI: --serde MODULE:ATTR)"
+    )
 
 
 def _thread_id(value: Any) -> str:

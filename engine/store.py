@@ -48,8 +48,8 @@ from deltalog.engine.errors import (
     DeltaLogError,
     FormatVersionError,
     InvalidInputError,
-    ParentCycleError,
     NotAStoreError,
+    ParentCycleError,
     StoreFullError,
     StoreOpenError,
     ThreadExistsError,
@@ -1810,66 +1810,65 @@ class WriteTxn(ReadTxn):
                 counts[name] = copied
         return counts
 
-    def import_records(self, records: Iterable[dict[str, Any]]) -> dict[str, int]:
-        """Store portable records (from :meth:`ReadTxn.export_thread`) in this transaction.
+    def import_records(
+        self, records: Sequence[dict[str, Any]], *, first_lines: Mapping[str, int] | None = None
+    ) -> dict[str, int]:
+        """Store portable records that :func:`~deltalog.engine.import_check.check_import` passed.
+
+        Every thread of the stream is checked to be new before the first write.
+
+        Args:
+            records: The validated records (no header).
+            first_lines: The stream line of each thread's first record, for errors.
 
         Raises:
             ThreadExistsError: A thread in the stream already has checkpoints here.
-            InvalidInputError: A record is malformed.
         """
         counts = {"threads": 0, "checkpoints": 0, "blobs": 0, "writes": 0}
-        checked: set[str] = set()
+        lines = first_lines or {}
+        for thread_id in dict.fromkeys(rec["thread_id"] for rec in records):
+            existing = self.name_id(keys.KIND_THREAD, thread_id)
+            if existing is not None and self.has_thread_rows(existing):
+                where = (
+                    f"line {lines[thread_id]} of the import stream: " if thread_id in lines else ""
+                )
+                raise ThreadExistsError(
+                    f"{where}thread {thread_id!r} already exists in this store; import into an "
+                    "empty store or delete the thread first"
+                )
+            counts["threads"] += 1
         for rec in records:
-            try:
-                kind = rec["kind"]
-                thread_id = rec["thread_id"]
-                ns = rec["checkpoint_ns"]
-            except (KeyError, TypeError) as exc:
-                raise InvalidInputError(f"import record {rec!r:.120} lacks {exc}") from None
-            if thread_id not in checked:
-                existing = self.name_id(keys.KIND_THREAD, thread_id)
-                if existing is not None and self.has_thread_rows(existing):
-                    raise ThreadExistsError(
-                        f"thread {thread_id!r} already exists in this store; import into an "
-                        "empty store or delete the thread first"
-                    )
-                checked.add(thread_id)
-                counts["threads"] += 1
-            try:
-                if kind == "checkpoint":
-                    self.put_checkpoint(
-                        thread_id,
-                        ns,
-                        rec["checkpoint_id"],
-                        parent_id=rec["parent_id"],
-                        channel_versions=rec["channel_versions"],
-                        checkpoint=(rec["checkpoint"][0], rec["checkpoint"][1]),
-                        metadata=(rec["metadata"][0], rec["metadata"][1]),
-                        run_id=rec["run_id"],
-                        blobs=(),
-                        delta=rec.get("delta", ()),
-                        flags=rec.get("flags", 0),
-                    )
-                elif kind == "blob":
-                    t = self.intern(keys.KIND_THREAD, thread_id)
-                    n = self.intern(keys.KIND_NS, ns)
-                    value = (rec["value"][0], rec["value"][1])
-                    self.put_blob(t, n, rec["channel"], rec["version"], value)
-                elif kind == "write":
-                    self.put_writes(
-                        thread_id,
-                        ns,
-                        rec["checkpoint_id"],
-                        rec["task_id"],
-                        rec["task_path"],
-                        [(rec["channel"], rec["idx"], (rec["value"][0], rec["value"][1]))],
-                    )
-                else:
-                    raise InvalidInputError(f"import record kind {kind!r} is unknown")
-            except (KeyError, TypeError, IndexError) as exc:
-                raise InvalidInputError(
-                    f"import record {rec!r:.120} is malformed ({exc})"
-                ) from None
+            kind, thread_id, ns = rec["kind"], rec["thread_id"], rec["checkpoint_ns"]
+            if kind == "checkpoint":
+                self.put_checkpoint(
+                    thread_id,
+                    ns,
+                    rec["checkpoint_id"],
+                    parent_id=rec["parent_id"],
+                    channel_versions=rec["channel_versions"],
+                    checkpoint=(rec["checkpoint"][0], rec["checkpoint"][1]),
+                    metadata=(rec["metadata"][0], rec["metadata"][1]),
+                    run_id=rec["run_id"],
+                    blobs=(),
+                    delta=rec.get("delta", ()),
+                    flags=rec.get("flags", 0),
+                )
+            elif kind == "blob":
+                t = self.intern(keys.KIND_THREAD, thread_id)
+                n = self.intern(keys.KIND_NS, ns)
+                value = (rec["value"][0], rec["value"][1])
+                self.put_blob(t, n, rec["channel"], rec["version"], value)
+            elif kind == "write":
+                self.put_writes(
+                    thread_id,
+                    ns,
+                    rec["checkpoint_id"],
+                    rec["task_id"],
+                    rec["task_path"],
+                    [(rec["channel"], rec["idx"], (rec["value"][0], rec["value"][1]))],
+                )
+            else:
+                raise InvalidInputError(f"import record kind {kind!r} is unknown")
             counts[kind + "s"] += 1
         return counts
 
