@@ -35,6 +35,7 @@ LAYERS: dict[str, str] = {
     "deltalog.engine.keys": "format",
     "deltalog.engine.codec": "format",
     "deltalog.engine.core": "format",
+    "deltalog.engine.import_check": "format",
     # plain rows and the errors
     "deltalog.engine.store_rows": "rows",
     "deltalog.engine.errors": "rows",
