@@ -28,11 +28,17 @@ print(time.perf_counter() - started, flush=True)
 
 
 def _files(folder: Path) -> dict[str, tuple[int, int, int]]:
+    """Size, mtime and mode of each file in ``folder``; a file renamed away meanwhile is skipped."""
+    found: dict[str, tuple[int, int, int]] = {}
     if not folder.exists():
-        return {}
-    return {
-        p.name: (p.stat().st_size, p.stat().st_mtime_ns, p.stat().st_mode) for p in folder.iterdir()
-    }
+        return found
+    for p in folder.iterdir():
+        try:
+            st = p.stat()
+        except FileNotFoundError:  # a copy in progress renames its temporary file
+            continue
+        found[p.name] = (st.st_size, st.st_mtime_ns, st.st_mode)
+    return found
 
 
 @pytest.fixture(scope="module")
