@@ -1,0 +1,65 @@
+"""Stores written by each earlier format open with today's code: bytes kept read-only, same states (R10, issue 16)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalog.engine import DeltaLogSaver
+from deltalog.engine.store import Store
+
+from tests.golden_gen import raw_summary, read_back
+
+GOLDEN = Path(__file__).resolve().parent / "data" / "golden"
+FORMATS = [1, 2, 3]
+"""Every on-disk format written before issue 16's reshape; tests/golden_gen.py made them."""
+
+
+def expected(fmt: int) -> dict[str, Any]:
+    value: dict[str, Any] = json.loads((GOLDEN / f"format-{fmt}" / "expected.json").read_text())
+    return value
+
+
+def copy_of(fmt: int, tmp_path: Path) -> Path:
+    """A private copy of the golden store (opening adds lock.mdb; a writable open may upgrade)."""
+    store = tmp_path / f"format-{fmt}"
+    store.mkdir()
+    shutil.copy(GOLDEN / f"format-{fmt}" / "data.mdb", store / "data.mdb")
+    return store
+
+
+def states(path: Path, *, readonly: bool) -> dict[str, Any]:
+    """Everything the golden scenario wrote, read back through today's saver."""
+    with DeltaLogSaver(Store(path, readonly=readonly)) as saver:
+        return read_back(saver)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_golden_store_is_what_it_claims(fmt: int, tmp_path: Path) -> None:
+    """The committed bytes say format N and hold delta blobs, as recorded when written."""
+    raw = raw_summary(GOLDEN / f"format-{fmt}")
+    assert raw["format_version"] == fmt == expected(fmt)["format_version"]
+    assert raw["tags"] == expected(fmt)["tags"]
+    assert raw["tags"]["blobs"].get("2", 0) > 0
+    assert (GOLDEN / f"format-{fmt}" / "data.mdb").stat().st_size < 100 * 1024
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_read_only_open_reads_the_same_states_and_writes_nothing(fmt: int, tmp_path: Path) -> None:
+    store = copy_of(fmt, tmp_path)
+    before = (store / "data.mdb").read_bytes()
+    assert states(store, readonly=True) == expected(fmt)["states"]
+    assert (store / "data.mdb").read_bytes() == before
+    assert raw_summary(store)["format_version"] == fmt
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_writable_open_keeps_the_states(fmt: int, tmp_path: Path) -> None:
+    """A writable open (which may upgrade the format) and every later open read the same."""
+    store = copy_of(fmt, tmp_path)
+    assert states(store, readonly=False) == expected(fmt)["states"]
+    assert states(store, readonly=True) == expected(fmt)["states"]
+    assert states(store, readonly=False) == expected(fmt)["states"]
