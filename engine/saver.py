@@ -515,8 +515,7 @@ class DeltaLogSaver(
         run = None if run_id is None else str(run_id)
         # Delta channels this checkpoint rebuilds by replay: what prune and
         # delete_for_runs must keep a chain (or write a seed) for (R7).
-        counters = full_metadata.get("counters_since_delta_snapshot") or {}
-        delta = sorted(c for c in counters if isinstance(c, str))
+        delta = _delta_counters(full_metadata.get("counters_since_delta_snapshot"))
         for channel in [c for c in inline if c not in versions]:
             # A value the checkpoint has no version of is no part of it: a blob
             # stores it as before, where no read finds it.
@@ -1417,6 +1416,34 @@ class _Group:
     versions: dict[str, dict[str, Any]]
     runs: dict[str, str | None]
     timestamps: dict[str, datetime] = field(default_factory=dict)
+
+
+def _delta_counters(counters: Any) -> list[str]:
+    """The channels of ``counters_since_delta_snapshot`` (``{channel: (updates, supersteps)}``).
+
+    Raises:
+        InvalidInputError: The field is not such a mapping (checked before any write).
+    """
+    if not counters:
+        return []
+    if not isinstance(counters, Mapping):
+        raise InvalidInputError(
+            f"metadata counters_since_delta_snapshot {counters!r:.80} is not a mapping; pass "
+            "{channel: (updates, supersteps)} as LangGraph writes it, or leave it out"
+        )
+    for channel, pair in counters.items():
+        ints = (
+            isinstance(pair, (tuple, list))
+            and len(pair) == 2
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in pair)
+        ) or (isinstance(pair, int) and not isinstance(pair, bool))
+        if not isinstance(channel, str) or not ints:
+            raise InvalidInputError(
+                f"metadata counters_since_delta_snapshot entry {channel!r}: {pair!r:.80} is not "
+                "a channel name with (updates, supersteps) ints; pass "
+                "{channel: (updates, supersteps)} as LangGraph writes it, or leave it out"
+            )
+    return sorted(counters)
 
 
 def _thread_list(value: Any, what: str) -> list[str]:
