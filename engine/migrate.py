@@ -56,6 +56,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from deltalog.engine.errors import DeltaLogError
 from deltalog.engine.saver import DeltaLogSaver
+from deltalog.engine.store import open_owner_only
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, ChannelVersions
 from langgraph.checkpoint.memory import InMemorySaver
@@ -512,7 +513,13 @@ def open_saver_uri(uri: str) -> Iterator[Saver]:
                 "sqlite: targets need langgraph-checkpoint-sqlite; "
                 "pip install langgraph-checkpoint-sqlite"
             ) from exc
-        conn = sqlite3.connect(os.path.expanduser(m.group("path")), check_same_thread=False)
+        db_file = os.path.expanduser(m.group("path"))
+        if db_file != ":memory:" and not os.path.exists(db_file):
+            # Owner-only like the store it receives (SQLite gives its journal and
+            # WAL files the database file's mode).
+            with contextlib.suppress(OSError):
+                os.close(open_owner_only(db_file))
+        conn = sqlite3.connect(db_file, check_same_thread=False)
         try:
             sqlite_saver = SqliteSaver(conn)
             sqlite_saver.setup()

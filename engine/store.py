@@ -2999,3 +2999,17 @@ def _check_sizes(map_size: Any, max_map_size: Any, max_readers: Any) -> None:
             f"max_map_size={max_map_size!r} is below map_size={map_size!r}; the cap of map "
             "growth must be at least the initial map size: raise max_map_size or lower map_size"
         )
+
+
+def open_owner_only(path: str) -> int:
+    """Open ``path`` for writing (truncated), creating it 0600 whatever the umask (issue 15.10).
+
+    Returns the descriptor. A file that exists keeps its mode (it is the
+    user's, maybe not a regular file at all, e.g. ``/dev/null``).
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return os.open(path, os.O_WRONLY | os.O_TRUNC)
+    os.fchmod(fd, 0o600)
+    return fd
