@@ -25,12 +25,12 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import click
 from deltalog.engine.errors import DeltaLogError, NotAStoreError, UntrustedTypeError
 from deltalog.engine.saver import DeltaLogSaver
-from deltalog.engine.store import Store, check_data_file
+from deltalog.engine.store import Store, check_data_file, open_owner_only
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -58,6 +58,7 @@ __all__ = [
     "CliError",
     "DeltaLogGroup",
     "Output",
+    "OwnerOnlyFile",
     "StrictSerializer",
     "age_option",
     "cli_serde",
@@ -504,6 +505,46 @@ def _as_graph(obj: Any, spec: str) -> Pregel[Any, Any, Any, Any]:
 
 
 # -- output --------------------------------------------------------------------------------
+
+
+class OwnerOnlyFile(click.File):
+    """``click.File`` for output: a file it creates is 0600 whatever the umask (issue 15.10).
+
+    Opened on first use, like ``click.File(lazy=True)``, so a command that
+    fails before writing creates nothing; ``-`` is stdout.
+    """
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "-" or hasattr(value, "write"):
+            return super().convert(value, param, ctx)
+        lazy = _OwnerOnlyOutput(os.fspath(value), self.encoding or "utf-8")
+        if ctx is not None:
+            ctx.call_on_close(lazy.close)
+        return lazy
+
+
+class _OwnerOnlyOutput:
+    """A text file opened (see :func:`~deltalog.engine.store.open_owner_only`) on first use."""
+
+    def __init__(self, path: str, encoding: str) -> None:
+        self.name = path
+        self.encoding = encoding
+        self._file: IO[str] | None = None
+
+    def _open(self) -> IO[str]:
+        if self._file is None:
+            self._file = os.fdopen(open_owner_only(self.name), "w", encoding=self.encoding)
+        return self._file
+
+    def write(self, text: str) -> int:
+        return self._open().write(text)
+
+    def flush(self) -> None:
+        self._open().flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
 
 
 def to_jsonable(value: Any) -> Any:

@@ -26,6 +26,7 @@ from deltalog.engine.cli_common import (
     CONTEXT_SETTINGS,
     CliError,
     Output,
+    OwnerOnlyFile,
     age_option,
     cli_serde,
     graph_option,
@@ -448,9 +449,9 @@ def backup_cmd(path: Path, dest: Path, compact: bool, as_json: bool) -> None:
 @click.option(
     "-o",
     "--output",
-    type=click.File("w", encoding="utf-8", lazy=True),
+    type=OwnerOnlyFile("w", encoding="utf-8", lazy=True),
     default="-",
-    help="Write here instead of stdout.",
+    help="Write here instead of stdout (a new file is created 0600).",
 )
 def export_cmd(path: Path, thread_ids: tuple[str, ...], output: IO[str]) -> None:
     """Write threads (all by default) as a portable stream: JSON Lines, format version 1.

@@ -56,6 +56,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from deltalog.engine.errors import DeltaLogError
 from deltalog.engine.saver import DeltaLogSaver
+from deltalog.engine.store import open_owner_only
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, ChannelVersions
 from langgraph.checkpoint.memory import InMemorySaver
@@ -515,6 +516,11 @@ def open_saver_uri(uri: str, *, serde: SerializerProtocol | None = None) -> Iter
                 "pip install langgraph-checkpoint-sqlite"
             ) from exc
         file = os.path.expanduser(m.group("path"))
+        if file != ":memory:" and not os.path.exists(file):
+            # Owner-only like the store it receives (SQLite gives its journal and
+            # WAL files the database file's mode).
+            with contextlib.suppress(OSError):
+                os.close(open_owner_only(file))
         try:
             conn = sqlite3.connect(file, check_same_thread=False)
         except sqlite3.Error as exc:

@@ -93,6 +93,11 @@ _RESIZE_RETRIES: Final = 8
 # A group-commit leader wakes the callers of the batch before it (durable
 # already) once its own ops ran this long, so they never wait out a long batch.
 WAKE_AFTER: Final = 0.002
+# A read finding every LMDB reader slot taken waits this long for one to be freed
+# (by a read of this process ending, or polled every _SLOT_POLL s for other
+# processes) before it fails.
+READER_WAIT: Final = 30.0
+_SLOT_POLL: Final = 0.05
 # Free bytes under which a failed write is blamed on a full disk (see _out_of_space).
 _LOW_SPACE: Final = 1024**2
 # Blob values at least this large are stored as deltas of the channel's previous
@@ -1960,6 +1965,9 @@ class Store:
         self._pid = os.getpid()
         self._closed_for_fork = False
         self._rw = _RWLock()
+        # Reads waiting for a free LMDB reader slot (see _wait_for_slot).
+        self._slot_freed = threading.Condition(threading.Lock())
+        self._slot_waiters = 0
         # Reentrant: a read that must adopt a grown map takes it (see _begin), and
         # so may the thread that holds it to reopen after fork.
         self._write_lock = threading.RLock()
@@ -2290,10 +2298,42 @@ class Store:
             if self.env.reader_check():
                 with contextlib.suppress(lmdb.ReadersFullError):
                     return self.env.begin(write=write)
-            raise DeltaLogError(
-                f"all {self.max_readers} LMDB reader slots of {self.path!r} are in use; "
-                "raise max_readers or close idle processes"
-            ) from exc
+            if write:
+                raise _translate(exc, self.path) from exc
+            return self._wait_for_slot(exc)
+
+    def _wait_for_slot(self, exc: lmdb.ReadersFullError) -> Any:
+        """Begin a read once a reader slot is free, waiting up to ``READER_WAIT`` seconds.
+
+        Every read transaction holds one of the environment's ``max_readers``
+        slots (shared by all processes). More threads than slots reading at
+        once wait here instead of failing (issue 15.12): a read of this
+        process that ends wakes one waiter; slots freed by other processes
+        are polled. Called with the read side of ``_rw`` held, which is let go
+        while waiting, so map growth is never held up by a waiting reader.
+        """
+        deadline = time.monotonic() + READER_WAIT
+        while True:
+            self._rw.release_read()
+            try:
+                with self._slot_freed:
+                    self._slot_waiters += 1
+                    try:
+                        self._slot_freed.wait(_SLOT_POLL)
+                    finally:
+                        self._slot_waiters -= 1
+            finally:
+                self._rw.acquire_read()
+            try:
+                return self.env.begin(write=False)
+            except lmdb.ReadersFullError:
+                if time.monotonic() >= deadline:
+                    raise DeltaLogError(
+                        f"all {self.max_readers} LMDB reader slots of {self.path!r} stayed in "
+                        f"use for {READER_WAIT:g} s; raise max_readers "
+                        "(DeltaLogSaver.from_path(max_readers=...), set by the first process "
+                        "that opens the store) or close idle processes"
+                    ) from exc
 
     @contextlib.contextmanager
     def read(self) -> Iterator[ReadTxn]:
@@ -2308,6 +2348,9 @@ class Store:
                 raise _translate(exc, self.path) from exc
             finally:
                 txn.abort()
+                if self._slot_waiters:  # a read waits for a slot (see _wait_for_slot)
+                    with self._slot_freed:
+                        self._slot_freed.notify()
         finally:
             self._rw.release_read()
 
@@ -3096,3 +3139,17 @@ def _check_sizes(map_size: Any, max_map_size: Any, max_readers: Any) -> None:
             f"max_map_size={max_map_size!r} is below map_size={map_size!r}; the cap of map "
             "growth must be at least the initial map size: raise max_map_size or lower map_size"
         )
+
+
+def open_owner_only(path: str) -> int:
+    """Open ``path`` for writing (truncated), creating it 0600 whatever the umask (issue 15.10).
+
+    Returns the descriptor. A file that exists keeps its mode (it is the
+    user's, maybe not a regular file at all, e.g. ``/dev/null``).
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return os.open(path, os.O_WRONLY | os.O_TRUNC)
+    os.fchmod(fd, 0o600)
+    return fd
