@@ -1405,9 +1405,12 @@ class WriteTxn(ReadTxn):
         seq = self.meta("name_seq") or 0
         name_id = seq + 1 if type(seq) is int else 0
         rev_key = keys.name_rev_key(kind, name_id)
-        # A damaged name_seq would hand out an id some name already has, and
-        # with it that name's data: refuse instead.
-        if name_id < 1 or self.txn.get(rev_key, db=self.dbs.names_rev) is not None:
+        # A damaged name_seq would hand out an id some name (of any kind: ids
+        # are one sequence) already has, and with it that name's data: refuse.
+        if name_id < 1 or any(
+            self.txn.get(keys.name_rev_key(k, name_id), db=self.dbs.names_rev) is not None
+            for k in _NAME_KINDS
+        ):
             raise CorruptRecordError(
                 f"meta name_seq {seq!r} is damaged: the next id is taken or invalid; run "
                 "`deltalog verify` and restore the store from a backup"
