@@ -925,6 +925,21 @@ class DeltaLogSaver(
             # The name tables and every key, as reads use them (issue 15.1/15.2).
             for kind, thread_id, detail in self.store.verify_tables():
                 report.problems.append(Problem(kind, "error", thread_id, None, None, detail))
+            if any(p.kind == "unreadable" for p in report.problems):
+                # The per-thread checks step through pages with next(), where LMDB
+                # asserts (aborting the process) on a page a search reports as damaged.
+                report.problems.append(
+                    Problem(
+                        "unreadable",
+                        "error",
+                        None,
+                        None,
+                        None,
+                        "LMDB reports damaged pages; per-thread checks skipped. Restore the "
+                        "store from a backup",
+                    )
+                )
+                return report
             try:
                 with self.store.read() as r:
                     for t in r.threads():

@@ -25,6 +25,8 @@ import errno
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -1279,19 +1281,21 @@ class _TableCheck:
         db = getattr(r.dbs, db_name)
         check = getattr(self, f"check_{db_name}")
         cur = r.txn.cursor(db=db)
+        # The child's page walk (Store._page_walk) found LMDB's view sound.
         ok = cur.set_range(start)
         while ok:
             key, raw = bytes(cur.key()), bytes(cur.value())
-            where = f"{db_name}/{key.hex()[:120]}"
             try:
-                if r.txn.get(key, db=db) != raw:
-                    raise CorruptRecordError("a point lookup of this key does not find it")
                 check(key, raw)
             except lmdb.Error as exc:
-                self.out.append(("unreadable", self.thread_of(key), f"{where}: {_why(exc)}"))
+                self.out.append(
+                    ("unreadable", self.thread_of(key), f"{db_name}/{key.hex()[:120]}: {_why(exc)}")
+                )
                 return key + b"\x00"
             except (DeltaLogError, ValueError) as exc:
-                self.out.append(("undecodable", self.thread_of(key), f"{where}: {exc}"))
+                self.out.append(
+                    ("undecodable", self.thread_of(key), f"{db_name}/{key.hex()[:120]}: {exc}")
+                )
             ok = cur.next()
         return None
 
@@ -2747,18 +2751,22 @@ class Store:
     def verify_tables(self) -> list[tuple[str, str | None, str]]:
         """Check every key of every database the way reads use it; never raises for damage.
 
-        Walks each database with a cursor and looks every key up again by a
-        point search (the path ``get``/``set_range`` reads take: a damaged
-        B-tree page can fail one and not the other), decodes every key
-        strictly, cross-checks ``names`` against ``names_rev`` both ways (each
-        entry has its reverse, ids unique and within ``name_seq``) and checks
-        that every id a key holds is a known name. LMDB damage ends a read
-        transaction, so the walk goes on in a new one after the damaged key.
-        Cost: O(entries · log entries).
+        First a child process walks each database with a cursor and looks every
+        key up again by a point search (the path ``get``/``set_range`` reads
+        take: a damaged B-tree page can fail one and not the other, and LMDB
+        aborts a process whose cursor steps onto one). If LMDB finds damage,
+        that is the report. Otherwise every key is decoded strictly, ``names``
+        and ``names_rev`` are cross-checked both ways (each entry has its
+        reverse, ids unique and within ``name_seq``) and every id a key holds
+        must be a known name. Cost: O(entries · log entries).
 
         Returns:
             (kind, thread_id or None, detail) per finding; every one is an error.
+            A finding of kind ``unreadable`` means LMDB found a damaged page.
         """
+        damaged = self._page_walk()
+        if damaged:
+            return damaged
         with self.read() as r:
             check = _TableCheck(r)
         for db_name in _TableCheck.ORDER:
@@ -2775,6 +2783,43 @@ class Store:
             if db_name == "names":
                 check.finish_names()
         return check.out
+
+    def _page_walk(self) -> list[tuple[str, str | None, str]]:
+        """LMDB's own view of every page, from a child process (see ``_PAGE_WALK``):
+        an ``unreadable`` finding per database where LMDB reports or aborts on damage."""
+        self._check_pid()
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", _PAGE_WALK, self.path, *_TableCheck.ORDER],
+                capture_output=True,
+                text=True,
+                timeout=_PAGE_WALK_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired:
+            return [("unreadable", None, f"the page walk took over {_PAGE_WALK_TIMEOUT} s")]
+        out: list[tuple[str, str | None, str]] = []
+        where = "the start"
+        for line in done.stdout.splitlines():
+            tag, _, rest = line.partition(" ")
+            if tag == "D":
+                where = f"{rest}: its start"
+            elif tag == "K":
+                db_name, _, key = rest.partition(" ")
+                where = f"{db_name}: key {key[:120]}"
+            elif tag == "E":
+                db_name, key, why = rest.split(" ", 2)
+                out.append(("unreadable", None, f"{db_name}/{key[:120]}: LMDB reports {why}"))
+        if done.returncode != 0 or not done.stdout.endswith("OK\n"):
+            err = done.stderr.strip().splitlines()
+            out.append(
+                (
+                    "unreadable",
+                    None,
+                    f"LMDB stopped the page walk within 256 keys after {where} "
+                    f"(exit {done.returncode}: {err[-1] if err else 'no message'}): a damaged page",
+                )
+            )
+        return out
 
     def db(self, name: str) -> Any:
         """The handle of one named database (for ops given to :meth:`write`)."""
@@ -2821,6 +2866,34 @@ def _histories(
 
 
 _NAME_KINDS: Final = (keys.KIND_THREAD, keys.KIND_NS, keys.KIND_CHANNEL)
+
+# Walks every database of a store with a cursor and a point lookup of every
+# key, in a child process: on a damaged B-tree page LMDB reports MDB_CORRUPTED
+# to a search but *asserts* (aborting the process) when a cursor steps onto
+# it, and a verify must survive to report it. Prints "D db" per database,
+# "K db key" every 256 keys (the last place reached if it dies) and "E db key
+# error" for an LMDB error, which ends that database's walk.
+_PAGE_WALK: Final = r"""
+import sys, lmdb
+env = lmdb.open(sys.argv[1], max_dbs=16, readonly=True, lock=True, readahead=False)
+for name in sys.argv[2:]:
+    print("D", name, flush=True)
+    key = b""
+    try:
+        db = env.open_db(name.encode(), create=False)
+        with env.begin() as txn:
+            cur = txn.cursor(db=db)
+            for n, (key, value) in enumerate(cur.iternext()):
+                if n % 256 == 0:
+                    print("K", name, bytes(key).hex(), flush=True)
+                if txn.get(key, db=db) != value:
+                    raise lmdb.CorruptedError("a point lookup of this key does not find it")
+    except lmdb.Error as exc:
+        print("E", name, bytes(key).hex(), type(exc).__name__ + ": " + str(exc), flush=True)
+print("OK", flush=True)
+"""
+# Seconds the page walk may take before verify gives up on it.
+_PAGE_WALK_TIMEOUT: Final = 600
 
 
 def _why(exc: BaseException) -> str:
