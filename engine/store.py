@@ -2797,6 +2797,11 @@ class Store:
             )
         except subprocess.TimeoutExpired:
             return [("unreadable", None, f"the page walk took over {_PAGE_WALK_TIMEOUT} s")]
+        if not done.stdout.startswith("D "):  # the child never ran (no usable sys.executable?)
+            logger.warning(
+                "verify: page walk of %s could not run (%s)", self.path, done.stderr[-300:]
+            )
+            return []
         out: list[tuple[str, str | None, str]] = []
         where = "the start"
         for line in done.stdout.splitlines():
@@ -2875,7 +2880,13 @@ _NAME_KINDS: Final = (keys.KIND_THREAD, keys.KIND_NS, keys.KIND_CHANNEL)
 # error" for an LMDB error, which ends that database's walk.
 _PAGE_WALK: Final = r"""
 import sys, lmdb
-env = lmdb.open(sys.argv[1], max_dbs=16, readonly=True, lock=True, readahead=False)
+try:
+    env = lmdb.open(sys.argv[1], max_dbs=16, readonly=True, lock=True, readahead=False)
+except lmdb.Error:  # no write access to lock.mdb: read as a lock-free reader does
+    try:
+        env = lmdb.open(sys.argv[1], max_dbs=16, readonly=True, lock=False, readahead=False)
+    except lmdb.Error as exc:
+        sys.exit("cannot open: " + str(exc))
 for name in sys.argv[2:]:
     print("D", name, flush=True)
     key = b""
