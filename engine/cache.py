@@ -28,10 +28,17 @@ import pickle
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any, Generic, TypeVar
 
-__all__ = ["DecodedCache", "EnvelopeCache", "HistoryCopies", "PayloadCache", "gc_paused"]
+__all__ = [
+    "DecodedCache",
+    "EnvelopeCache",
+    "HistoryCopies",
+    "NameCache",
+    "PayloadCache",
+    "gc_paused",
+]
 
 
 @contextlib.contextmanager
@@ -210,6 +217,53 @@ class EnvelopeCache:
             self._entries.clear()
         self._entries[record] = envelope
         return envelope
+
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class NameCache(Generic[K, V]):
+    """Bounded LRU of interned names (name → id, or id → name).
+
+    A server sees unbounded thread ids and ``sub:<task uuid>`` namespaces; the
+    unbounded maps kept before grew the heap by 69 MB from 10k to 40k distinct
+    threads. A miss costs one LMDB lookup and a CRC check (a few µs), and the
+    names a process uses all the time (its channels, the root namespace) stay
+    at the recent end. 16,384 entries of a thread id and a namespace each held
+    ~4 MB here.
+    """
+
+    def __init__(self, max_entries: int = 16_384) -> None:
+        if max_entries < 1:
+            raise ValueError(f"name cache max_entries {max_entries} must be at least 1")
+        self.max_entries = max_entries
+        self._entries: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: K) -> V | None:
+        """The cached value of ``key``, or None."""
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+            return hit
+
+    def put(self, key: K, value: V) -> None:
+        """Remember ``value`` for ``key``, dropping the least recently used entry when full."""
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            if len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        """Drop every entry."""
+        with self._lock:
+            self._entries.clear()
 
 
 Chunks = tuple[tuple[int, bytes], ...]

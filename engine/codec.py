@@ -457,19 +457,37 @@ class RecordCodec:
                 "`deltalog verify` to list damaged records and restore them from a backup"
             ) from exc
 
-    def raw_size(self, data: bytes) -> int:
-        """Size of a record's envelope before compression (from the frame header)."""
-        if data and data[0] == TAG_ZSTD:
-            size = zstandard.frame_content_size(data[1:])
+    def raw_size(self, data: bytes, what: str, *, prefix: bytes = b"") -> int:
+        """Size of a record's envelope before compression (from the frame header).
+
+        The record's CRC is checked first (``prefix`` as for :meth:`decode`), so
+        a damaged record gives CorruptRecordError naming ``what``, like every
+        other read, never a zstandard error or a size read from garbage.
+        """
+        try:
+            view = memoryview(data)
+            framed = view[:-CRC_SIZE]
+            seed = 0 if framed[:1] == bytes((TAG_DELTA,)) else zlib.crc32(prefix)
+            if len(framed) < 1 or zlib.crc32(framed, seed) != int.from_bytes(
+                view[-CRC_SIZE:], "big"
+            ):
+                raise ValueError("checksum mismatch")
+            tag = framed[0]
+            if tag == TAG_ZSTD:
+                frame = framed[1:]
+            elif tag == TAG_DICT:
+                frame = framed[5:]
+            elif tag == TAG_DELTA:
+                frame = framed[5 + int.from_bytes(framed[1:5], "big") :]
+            else:
+                return len(framed)
+            size = zstandard.frame_content_size(bytes(frame))
             return int(size) + 1 if size >= 0 else len(data)
-        if data and data[0] == TAG_DICT:
-            size = zstandard.frame_content_size(data[5:])
-            return int(size) + 1 if size >= 0 else len(data)
-        if data and data[0] == TAG_DELTA:
-            header = int.from_bytes(data[1:5], "big")
-            size = zstandard.frame_content_size(data[5 + header :])
-            return int(size) + 1 if size >= 0 else len(data)
-        return max(len(data) - CRC_SIZE, 0)
+        except Exception as exc:  # every failure here means the bytes are damaged
+            raise CorruptRecordError(
+                f"record {what} cannot be decoded ({type(exc).__name__}: {exc}); run "
+                "`deltalog verify` to list damaged records and restore them from a backup"
+            ) from exc
 
     def decode(self, data: bytes, what: str, *, prefix: bytes = b"") -> Any:
         """Decode one record; ``what`` names it in the error (database and key).

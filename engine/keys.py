@@ -1,14 +1,14 @@
 """The on-disk key layout of a deltalog store. No other module builds key bytes.
 
-One LMDB environment holds these named databases (``FORMAT_VERSION`` = 3):
+One LMDB environment holds these named databases (``FORMAT_VERSION`` = 4):
 
 ============  ==========================================================  ==========================
 database      key (byte encoding, in order)                               value
 ============  ==========================================================  ==========================
 meta          ASCII name (``format_version``, ``name_seq``, ``dict:N``)   msgpack int / bytes
               ``wdep`` · thread(uid) · ns(uid) · channel(uid)             checkpoint_id(id), raw
-names         kind(1) · name-key                                          name id (u64 BE)
-names_rev     kind(1) · name id (u64 BE, fixed)                           UTF-8 name
+names         kind(1) · name-key                                          name id (u64 BE) · crc32
+names_rev     kind(1) · name id (u64 BE, fixed)                           UTF-8 name · crc32
 checkpoints   thread(uid) · ns(uid) · checkpoint_id(id)                   checkpoint record
 writes        thread(uid) · ns(uid) · checkpoint_id(id) · task_path(str)  channel(uid) · write record
               · task_id(str) · idx(i32 sign-shifted)
@@ -45,6 +45,16 @@ Encodings (all big-endian, every one order-preserving and self-delimiting):
   400 bytes, else ``0x40`` + sha256 (the index only narrows the search; the
   checkpoint record's ``run_id`` is compared before anything is deleted).
 
+Name records end in a CRC-32 over key and value since format 4 (layout in
+:mod:`deltalog.engine.names`; the steps between formats in
+:mod:`deltalog.engine.migrations`).
+
+Decoding is strict: every field must be in the one form its encoder writes (a
+``uid`` in minimal bytes, a ``str`` id that is not a uuid or ULID), and a key
+must end where its last field does. A key with a trailing byte, or a second
+spelling of the same tuple, would otherwise read as the same checkpoint twice;
+it raises :class:`DamagedKeyError` instead.
+
 Invariants: a checkpoint's writes are contiguous under its checkpoint key
 prefix and come back in ``writes_sort_key`` order; blobs of one channel are
 contiguous and in version order; nothing here depends on the serializer.
@@ -57,7 +67,8 @@ import hashlib
 import re
 import struct
 import uuid
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
 from deltalog.engine.errors import DamagedKeyError, InvalidInputError, KeyTooLongError
 from ulid import ULID
@@ -82,6 +93,7 @@ __all__ = [
     "decode_run_key",
     "decode_str",
     "decode_uid",
+    "decode_version",
     "decode_write_key",
     "encode_id",
     "encode_idx",
@@ -103,11 +115,12 @@ __all__ = [
     "write_key",
 ]
 
-FORMAT_VERSION: Final = 3
-#: Formats this version reads. Each newer format only adds record shapes:
-#: format 2 delta blobs over writes, format 3 small values inside checkpoint
-#: records. An older store is marked 3 when opened for writing.
-READABLE_FORMATS: Final = frozenset({1, 2, 3})
+FORMAT_VERSION: Final = 4
+#: Formats this version reads. Formats 2 and 3 only added record shapes (delta
+#: blobs over writes, small values inside checkpoint records); format 4 put a
+#: CRC on the name records. A writable open upgrades an older store through
+#: :data:`deltalog.engine.migrations.MIGRATIONS`; a read-only open reads it as it is.
+READABLE_FORMATS: Final = frozenset({1, 2, 3, 4})
 #: ``meta`` key prefix of the write-dependency marks (``wdep_key``).
 WDEP: Final = b"wdep"
 MAX_KEY: Final = 511
@@ -184,6 +197,8 @@ def decode_uid(buf: bytes, pos: int) -> tuple[int, int]:
     size = buf[pos] if pos < len(buf) else 0
     if not 1 <= size <= 8 or pos + 1 + size > len(buf):
         raise _damaged(buf, f"bad id length {size} at {pos}")
+    if size > 1 and buf[pos + 1] == 0:  # not minimal: a second spelling of a smaller id
+        raise _damaged(buf, f"id at {pos} has a leading zero byte")
     return int.from_bytes(buf[pos + 1 : pos + 1 + size], "big"), pos + 1 + size
 
 
@@ -283,8 +298,25 @@ def decode_id(buf: bytes, pos: int) -> tuple[str, int]:
     if tag == _ID_ULID:
         return str(ULID.from_bytes(bytes(buf[pos + 1 : pos + 17]))), pos + 17
     if tag == _ID_STR:
-        return decode_str(buf, pos + 1)
+        value, end = decode_str(buf, pos + 1)
+        if _reencoded(encode_id, value) != bytes(buf[pos:end]):
+            raise _damaged(buf, f"id {value[:40]!r} at {pos} is not in its canonical form")
+        return value, end
     raise _damaged(buf, f"unknown id tag {tag!r} at {pos}")
+
+
+def _reencoded(encode: Callable[[Any], bytes], value: Any) -> bytes | None:
+    """``encode(value)``, or None when it refuses the value (then no key holds it)."""
+    try:
+        return encode(value)
+    except InvalidInputError:
+        return None
+
+
+def _ends(key: bytes, pos: int, what: str) -> None:
+    """Raise unless the key ends at ``pos`` (where its last field ends)."""
+    if pos != len(key):
+        raise _damaged(key, f"{len(key) - pos} bytes after the {what} at {pos}")
 
 
 def encode_idx(idx: int) -> bytes:
@@ -348,11 +380,15 @@ def decode_version(buf: bytes, pos: int) -> tuple[str | int | float, int]:
         bits = bits & 0x7FFFFFFFFFFFFFFF if bits >> 63 else bits ^ 0xFFFFFFFFFFFFFFFF
         return struct.unpack(">d", struct.pack(">Q", bits))[0], pos + 9
     if tag == _VER_STR:
-        return decode_str(buf, pos + 1)
-    if tag == _VER_COUNTER:
+        value, end = decode_str(buf, pos + 1)
+    elif tag == _VER_COUNTER:
         rest, end = decode_str(buf, pos + 9)
-        return f"{_U64.unpack_from(buf, pos + 1)[0]:032}.{rest}", end
-    raise _damaged(buf, f"unknown version tag {tag!r} at {pos}")
+        value = f"{_U64.unpack_from(buf, pos + 1)[0]:032}.{rest}"
+    else:
+        raise _damaged(buf, f"unknown version tag {tag!r} at {pos}")
+    if _reencoded(encode_version, value) != bytes(buf[pos:end]):
+        raise _damaged(buf, f"version {value[:40]!r} at {pos} is not in its canonical form")
+    return value, end
 
 
 def encode_run(run_id: str) -> bytes:
@@ -451,7 +487,8 @@ def run_key(run: bytes, thread: int, ns: int, cid: bytes) -> bytes:
 def decode_checkpoint_key(key: bytes) -> tuple[int, int, str]:
     """Split a ``checkpoints`` key into (thread, ns, checkpoint_id)."""
     (t, n), pos = split_ids(key, 2)
-    cid, _ = decode_id(key, pos)
+    cid, end = decode_id(key, pos)
+    _ends(key, end, "checkpoint id")
     return t, n, cid
 
 
@@ -502,7 +539,8 @@ def write_suffix(key: bytes, cid_end: int) -> tuple[str, str, int]:
 def decode_blob_key(key: bytes) -> tuple[int, int, int, str | int | float]:
     """Split a ``blobs`` key into (thread, ns, channel, version)."""
     (t, n, c), pos = split_ids(key, 3)
-    version, _ = decode_version(key, pos)
+    version, end = decode_version(key, pos)
+    _ends(key, end, "version")
     return t, n, c, version
 
 
@@ -512,10 +550,13 @@ def decode_run_key(key: bytes) -> tuple[int, int, str]:
     if tag in (_ID_UUID, _RUN_HASH):
         pos = 17 if tag == _ID_UUID else 33
     elif tag == _ID_STR:
-        _, pos = decode_str(key, 1)
+        run_id, pos = decode_str(key, 1)
+        if _reencoded(encode_run, run_id) != key[:pos]:
+            raise _damaged(key, f"run id {run_id[:40]!r} is not in its canonical form")
     else:
         raise _damaged(key, f"unknown run tag {tag!r}")
     t, pos = decode_uid(key, pos)
     n, pos = decode_uid(key, pos)
-    cid, _ = decode_id(key, pos)
+    cid, end = decode_id(key, pos)
+    _ends(key, end, "checkpoint id")
     return t, n, cid

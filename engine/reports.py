@@ -86,7 +86,11 @@ class Problem:
     left behind by a crash between ``put_writes`` and ``put``);
     ``unguarded_write_range`` (error) — a blob whose dictionary holds writes
     past its channel's write-range mark, so a new write there would not rebase
-    it first (see ``WriteTxn.put_blob``).
+    it first (see ``WriteTxn.put_blob``); ``unreadable`` (error) — LMDB itself
+    reports a damaged page (or aborted walking one) where a read would go.
+    Damaged keys, name records that fail their CRC and ``names``/``names_rev``
+    entries without their counterpart are ``undecodable`` findings naming
+    the database and key.
     """
 
     kind: str

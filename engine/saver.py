@@ -54,7 +54,7 @@ from deltalog.engine.errors import (
 )
 from deltalog.engine.import_check import EXPORT_FORMAT, EXPORT_VERSION, check_import
 from deltalog.engine.reports import CompactReport, CopyReport, Problem, RemovalReport, VerifyReport
-from deltalog.engine.store import INLINE_MAX, Store, WriteTxn, store_folder
+from deltalog.engine.store import INLINE_MAX, ReadTxn, Store, WriteTxn, store_folder
 from deltalog.engine.store_rows import (
     BlobRow,
     CheckpointRow,
@@ -949,34 +949,74 @@ class DeltaLogSaver(
             The findings; ``report.ok`` is True when none is an error.
         """
         report = VerifyReport()
-        with self.store.read() as r:
-            if thread_ids is None:
-                tids = [r.name_of(keys.KIND_THREAD, t) for t in r.threads()]
-            else:
-                tids = _thread_list(thread_ids, "thread_ids")
-        for thread_id in tids:
+        groups: builtins.list[tuple[str, int | None]] = []
+        if thread_ids is None:
+            # The name tables and every key, as reads use them (issue 15.1/15.2).
+            for kind, thread_id, detail in self.store.verify_tables():
+                report.problems.append(Problem(kind, "error", thread_id, None, None, detail))
+            if any(p.kind == "unreadable" for p in report.problems):
+                # The per-thread checks step through pages with next(), where LMDB
+                # asserts (aborting the process) on a page a search reports as damaged.
+                report.problems.append(
+                    Problem(
+                        "unreadable",
+                        "error",
+                        None,
+                        None,
+                        None,
+                        "LMDB reports damaged pages; per-thread checks skipped. Restore the "
+                        "store from a backup",
+                    )
+                )
+                return report
+            try:
+                with self.store.read() as r:
+                    for t in r.threads():
+                        try:
+                            groups.append((r.name_of(keys.KIND_THREAD, t), t))
+                        except DeltaLogError:  # reported by verify_tables; check its rows anyway
+                            groups.append((f"#{t}", t))
+            except DeltaLogError as exc:  # LMDB damage on the way through the threads
+                report.problems.append(Problem("unreadable", "error", None, None, None, str(exc)))
+        else:
+            groups = [(tid, None) for tid in _thread_list(thread_ids, "thread_ids")]
+        for thread_id, tid in groups:
             report.threads += 1
-            with self.store.read() as r:
-                for t, n in r.thread_groups(thread_id):
-                    ns = r.name_of(keys.KIND_NS, n)
-                    found = r.verify_group(t, n)
-                    report.checkpoints += found.checkpoints
-                    report.records += found.records
-                    for kind, severity, cid, detail in found.problems:
-                        report.problems.append(Problem(kind, severity, thread_id, ns, cid, detail))
-                    if deep:
-                        for cid in found.decodable:
-                            try:
-                                row = r.checkpoint(t, n, cid)
-                                if row is not None:
-                                    self._to_tuple(row)
-                            except Exception as exc:
-                                report.problems.append(
-                                    Problem(
-                                        "undecodable", "error", thread_id, ns, cid, f"serde: {exc}"
-                                    )
-                                )
+            try:
+                with self.store.read() as r:
+                    self._verify_thread(r, report, thread_id, tid, deep)
+            except DeltaLogError as exc:  # e.g. LMDB reports a damaged page on this thread's path
+                report.problems.append(
+                    Problem("unreadable", "error", thread_id, None, None, str(exc))
+                )
         return report
+
+    def _verify_thread(
+        self, r: ReadTxn, report: VerifyReport, thread_id: str, t: int | None, deep: bool
+    ) -> None:
+        """Add the findings of one thread (by id ``t`` when its name is damaged) to ``report``."""
+        pairs = r.thread_groups(thread_id) if t is None else [(t, n) for n in r.namespaces(t)]
+        for t, n in pairs:
+            try:
+                ns = r.name_of(keys.KIND_NS, n)
+            except DeltaLogError:
+                ns = f"#{n}"
+            found = r.verify_group(t, n)
+            report.checkpoints += found.checkpoints
+            report.records += found.records
+            for kind, severity, cid, detail in found.problems:
+                report.problems.append(Problem(kind, severity, thread_id, ns, cid, detail))
+            r.latest_key(t, n)  # the search get_tuple makes for the latest checkpoint
+            if deep:
+                for cid in found.decodable:
+                    try:
+                        row = r.checkpoint(t, n, cid)
+                        if row is not None:
+                            self._to_tuple(row)
+                    except Exception as exc:
+                        report.problems.append(
+                            Problem("undecodable", "error", thread_id, ns, cid, f"serde: {exc}")
+                        )
 
     def compact(self, dest: str | os.PathLike[str]) -> CompactReport:
         """Write a compacted copy of the whole store to ``dest`` (a new folder).

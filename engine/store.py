@@ -27,6 +27,7 @@ import logging
 import os
 import shutil
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -40,11 +41,12 @@ from typing import Any, Final, Generic, Literal, TypeVar
 import lmdb
 import ormsgpack
 from deltalog.engine import keys
-from deltalog.engine.cache import EnvelopeCache, PayloadCache
+from deltalog.engine.cache import EnvelopeCache, NameCache, PayloadCache
 from deltalog.engine.codec import DeltaHeader, RecordCodec, WriteDict
 from deltalog.engine.core import DeltaWalk, Node, Plan, delta_chains, parent_cycles
 from deltalog.engine.errors import (
     CorruptRecordError,
+    DamagedKeyError,
     DeltaLogError,
     FormatVersionError,
     InvalidInputError,
@@ -55,6 +57,14 @@ from deltalog.engine.errors import (
     ThreadExistsError,
 )
 from deltalog.engine.memo import HistoryMemo
+from deltalog.engine.migrations import pending
+from deltalog.engine.names import (
+    NAMES_CRC_FORMAT,
+    decode_name_id,
+    decode_name_rev,
+    encode_name_id,
+    encode_name_rev,
+)
 from deltalog.engine.store_rows import (
     FLAG_HIDDEN,
     BlobRow,
@@ -121,6 +131,8 @@ INLINE_MAX: Final = 512
 
 # A walk that finds no seed after this many ancestors is reading a damaged chain.
 MAX_WALK: Final = 1_000_000
+# verify_tables resumes a database walk after LMDB damage at most this often.
+_VERIFY_RESTARTS: Final = 10_000
 
 
 @dataclass
@@ -314,35 +326,51 @@ class ReadTxn:
     # -- names -----------------------------------------------------------------
 
     def name_id(self, kind: bytes, name: str) -> int | None:
-        """The interned id of ``name``, or None if it was never stored."""
+        """The interned id of ``name``, or None if it was never stored.
+
+        Raises:
+            CorruptRecordError: The ``names`` record fails its CRC (format 4) or
+                is malformed: never another name's id.
+        """
         cache = self.store._name_ids
         hit = cache.get((kind, name))
         if hit is not None:
             return hit
-        raw = self.txn.get(keys.name_key(kind, name), db=self.dbs.names)
+        key = keys.name_key(kind, name)
+        raw = self.txn.get(key, db=self.dbs.names)
         if raw is None:
             return None
-        name_id = int.from_bytes(raw[:8], "big")
-        if len(raw) > 8 and raw[8:].decode("utf-8") != name:  # hashed long name collision
+        name_id, stored = decode_name_id(key, raw, crc=self._names_crc())
+        if stored is not None and stored != name:  # hashed long name collision
             return None
-        cache[(kind, name)] = name_id
-        self.store._names[(kind, name_id)] = name
+        cache.put((kind, name), name_id)
+        self.store._names.put((kind, name_id), name)
         return name_id
 
     def name_of(self, kind: bytes, name_id: int) -> str:
-        """The name behind an interned id."""
+        """The name behind an interned id (CRC-checked like :meth:`name_id`)."""
         cache = self.store._names
         hit = cache.get((kind, name_id))
         if hit is not None:
             return hit
-        raw = self.txn.get(keys.name_rev_key(kind, name_id), db=self.dbs.names_rev)
+        key = keys.name_rev_key(kind, name_id)
+        raw = self.txn.get(key, db=self.dbs.names_rev)
         if raw is None:
             raise CorruptRecordError(
                 f"names_rev has no entry for {kind.decode()}:{name_id}; run `deltalog verify`"
             )
-        name: str = raw.decode("utf-8")
-        cache[(kind, name_id)] = name
+        name = decode_name_rev(key, raw, crc=self._names_crc())
+        cache.put((kind, name_id), name)
         return name
+
+    def _names_crc(self) -> bool:
+        """Whether name records carry a CRC: format 4, or an older store that another
+        process upgraded after this (read-only) process opened it."""
+        if not self.store._names_crc:
+            raw = self.txn.get(b"format_version", db=self.dbs.meta)
+            version = _format_version(raw, self.store.path)
+            self.store._names_crc = version >= NAMES_CRC_FORMAT
+        return self.store._names_crc
 
     def ids(self, thread_id: str, checkpoint_ns: str) -> tuple[int, int] | None:
         """Interned (thread, ns) ids, or None when nothing was ever stored there."""
@@ -1080,13 +1108,15 @@ class ReadTxn:
             e = named(keys.split_ids(key, 3)[0][2])
             e["blobs"] += 1
             e["blob_bytes"] += len(value)
-            e["raw_bytes"] += self.codec.raw_size(value)
-        for _, value in self.txn.cursor(db=self.dbs.writes).iternext(keys=True, values=True):
+            e["raw_bytes"] += self.codec.raw_size(value, f"blobs/{key.hex()}")
+        for key, value in self.txn.cursor(db=self.dbs.writes).iternext(keys=True, values=True):
             cbytes, channel_id, record = _split_write_value(value)
             e = named(channel_id)
             e["writes"] += 1
             e["write_bytes"] += len(value)
-            e["raw_bytes"] += len(cbytes) + self.codec.raw_size(record)
+            e["raw_bytes"] += len(cbytes) + self.codec.raw_size(
+                record, f"writes/{key.hex()}", prefix=cbytes
+            )
         for key, value in self.txn.cursor(db=self.dbs.checkpoints).iternext(keys=True, values=True):
             for channel, typed in _inline_of(
                 self.codec.decode(value, f"checkpoints/{key.hex()}")
@@ -1255,6 +1285,135 @@ class ReadTxn:
         return None if raw is None else ormsgpack.unpackb(raw)
 
 
+class _TableCheck:
+    """State of :meth:`Store.verify_tables` across its read transactions.
+
+    Findings are ``(kind, thread_id or None, detail)``; every one is an error.
+    """
+
+    #: Walk order: the name tables first, so the other keys' ids can be checked.
+    ORDER: Final = ("names_rev", "names", "checkpoints", "writes", "blobs", "runs", "meta")
+
+    def __init__(self, r: ReadTxn) -> None:
+        self.out: list[tuple[str, str | None, str]] = []
+        self.crc = r._names_crc()
+        try:
+            seq = r.meta("name_seq") or 0
+        except ValueError as exc:  # not msgpack
+            seq = exc
+        if type(seq) is not int:
+            self.out.append(("undecodable", None, f"meta/name_seq holds {seq!r}, not an id"))
+            seq = 2**64
+        self.seq: int = seq
+        self.reverse: dict[tuple[bytes, int], str] = {}
+        self.forward: set[tuple[bytes, int]] = set()
+        self.known: dict[tuple[bytes, int], str] = {}
+
+    def thread_of(self, key: bytes) -> str | None:
+        """The thread a checkpoint/write/blob key belongs to, when its name is known."""
+        with contextlib.suppress(Exception):
+            t = (keys.KIND_THREAD, keys.decode_uid(key, 0)[0])
+            return self.known.get(t) or self.reverse.get(t)
+        return None
+
+    def walk(self, r: ReadTxn, db_name: str, start: bytes) -> bytes | None:
+        """Check the keys of ``db_name`` from ``start`` on; returns where to resume in a
+        new transaction after LMDB reported damage (which ends this one), else None."""
+        db = getattr(r.dbs, db_name)
+        check = getattr(self, f"check_{db_name}")
+        cur = r.txn.cursor(db=db)
+        # The child's page walk (Store._page_walk) found LMDB's view sound.
+        ok = cur.set_range(start)
+        while ok:
+            key, raw = bytes(cur.key()), bytes(cur.value())
+            try:
+                check(key, raw)
+            except lmdb.Error as exc:
+                self.out.append(
+                    ("unreadable", self.thread_of(key), f"{db_name}/{key.hex()[:120]}: {_why(exc)}")
+                )
+                return key + b"\x00"
+            except (DeltaLogError, ValueError) as exc:
+                self.out.append(
+                    ("undecodable", self.thread_of(key), f"{db_name}/{key.hex()[:120]}: {exc}")
+                )
+            ok = cur.next()
+        return None
+
+    def need(self, kind: bytes, name_id: int) -> None:
+        if (kind, name_id) not in self.known:
+            raise CorruptRecordError(f"holds unknown name id {kind.decode()}:{name_id}")
+
+    def check_names_rev(self, key: bytes, raw: bytes) -> None:
+        if len(key) != 9 or key[:1] not in _NAME_KINDS:
+            raise DamagedKeyError(f"names_rev key of {len(key)} bytes")
+        name_id = int.from_bytes(key[1:], "big")
+        self.reverse[(key[:1], name_id)] = decode_name_rev(key, raw, crc=self.crc)
+        if not 0 < name_id <= self.seq:
+            raise CorruptRecordError(f"id {name_id} is beyond meta name_seq {self.seq}")
+
+    def check_names(self, key: bytes, raw: bytes) -> None:
+        kind = key[:1]
+        if kind not in _NAME_KINDS or key[1:2] not in (b"\x00", b"\x01"):
+            raise DamagedKeyError("names key with an unknown kind or form")
+        name_id, stored = decode_name_id(key, raw, crc=self.crc)
+        name = stored if stored is not None else key[2:].decode("utf-8")
+        if keys.name_key(kind, name) != key:
+            raise CorruptRecordError(f"key does not match the name {name[:40]!r} it holds")
+        if (kind, name_id) in self.forward:
+            raise CorruptRecordError(f"id {name_id} is given to a second name {name[:40]!r}")
+        self.forward.add((kind, name_id))
+        if self.reverse.get((kind, name_id)) != name:
+            raise CorruptRecordError(
+                f"names_rev {kind.decode()}:{name_id} does not hold {name[:40]!r}"
+            )
+        self.known[(kind, name_id)] = name
+
+    def finish_names(self) -> None:
+        """Report reverse entries that no ``names`` entry points back at."""
+        for (kind, name_id), name in sorted(self.reverse.items()):
+            if (kind, name_id) not in self.forward:
+                self.out.append(
+                    (
+                        "undecodable",
+                        name if kind == keys.KIND_THREAD else None,
+                        f"names_rev/{keys.name_rev_key(kind, name_id).hex()}: {name[:40]!r} has "
+                        "no matching names entry",
+                    )
+                )
+
+    def check_checkpoints(self, key: bytes, raw: bytes) -> None:
+        t, n, _ = keys.decode_checkpoint_key(key)
+        self.need(keys.KIND_THREAD, t)
+        self.need(keys.KIND_NS, n)
+
+    def check_writes(self, key: bytes, raw: bytes) -> None:
+        t, n, *_ = keys.decode_write_key(key)
+        self.need(keys.KIND_THREAD, t)
+        self.need(keys.KIND_NS, n)
+        self.need(keys.KIND_CHANNEL, _split_write_value(raw)[1])
+
+    def check_blobs(self, key: bytes, raw: bytes) -> None:
+        t, n, c, _ = keys.decode_blob_key(key)
+        self.need(keys.KIND_THREAD, t)
+        self.need(keys.KIND_NS, n)
+        self.need(keys.KIND_CHANNEL, c)
+
+    def check_runs(self, key: bytes, raw: bytes) -> None:
+        t, n, _ = keys.decode_run_key(key)
+        self.need(keys.KIND_THREAD, t)
+        self.need(keys.KIND_NS, n)
+
+    def check_meta(self, key: bytes, raw: bytes) -> None:
+        if key.startswith(keys.WDEP):
+            ids, end = keys.split_ids(key[len(keys.WDEP) :], 3)
+            if end != len(key) - len(keys.WDEP):
+                raise DamagedKeyError("write-range mark key has trailing bytes")
+            self.need(keys.KIND_THREAD, ids[0])
+            self.need(keys.KIND_NS, ids[1])
+            self.need(keys.KIND_CHANNEL, ids[2])
+
+
 class WriteTxn(ReadTxn):
     """A write transaction: the reads plus the mutations. One per write batch entry."""
 
@@ -1289,14 +1448,23 @@ class WriteTxn(ReadTxn):
             return existing
         key = keys.name_key(kind, name)
         seq = self.meta("name_seq") or 0
-        name_id = seq + 1
-        value = keys.u64(name_id)
-        if key[1] == 1:  # hashed: keep the full name to detect collisions
-            value += name.encode("utf-8")
-            if self.txn.get(key, db=self.dbs.names) is not None:
-                raise DeltaLogError(f"sha256 collision interning {name[:40]!r}…")
-        self.txn.put(key, value, db=self.dbs.names)
-        self.txn.put(keys.name_rev_key(kind, name_id), name.encode("utf-8"), db=self.dbs.names_rev)
+        name_id = seq + 1 if type(seq) is int else 0
+        rev_key = keys.name_rev_key(kind, name_id)
+        # A damaged name_seq would hand out an id some name (of any kind: ids
+        # are one sequence) already has, and with it that name's data: refuse.
+        if name_id < 1 or any(
+            self.txn.get(keys.name_rev_key(k, name_id), db=self.dbs.names_rev) is not None
+            for k in _NAME_KINDS
+        ):
+            raise CorruptRecordError(
+                f"meta name_seq {seq!r} is damaged: the next id is taken or invalid; run "
+                "`deltalog verify` and restore the store from a backup"
+            )
+        hashed = key[1] == 1  # hashed: keep the full name to detect collisions
+        if hashed and self.txn.get(key, db=self.dbs.names) is not None:
+            raise DeltaLogError(f"sha256 collision interning {name[:40]!r}…")
+        self.txn.put(key, encode_name_id(key, name_id, name if hashed else None), db=self.dbs.names)
+        self.txn.put(rev_key, encode_name_rev(rev_key, name), db=self.dbs.names_rev)
         self.set_meta("name_seq", name_id)
         self.new_names[(kind, name)] = name_id
         return name_id
@@ -1954,8 +2122,9 @@ class Store:
         self.payloads = PayloadCache()
         self.envelopes = EnvelopeCache()
         self.memo = HistoryMemo(memo_entries)
-        self._name_ids: dict[tuple[bytes, str], int] = {}
-        self._names: dict[tuple[bytes, int], str] = {}
+        self._name_ids: NameCache[tuple[bytes, str], int] = NameCache()
+        self._names: NameCache[tuple[bytes, int], str] = NameCache()
+        self._names_crc = False
         self._closed = False
         self._open()
 
@@ -2156,30 +2325,28 @@ class Store:
             ) from exc
         self._dbs = _Dbs(**handles)
         with self.read() as r:
-            version = r.meta("format_version")
+            version = _format_version(r.txn.get(b"format_version", db=self._dbs.meta), self.path)
             dictionaries = r.dictionaries()
         for dict_id, dictionary in dictionaries:
             self.codec.install(dict_id, dictionary, activate=dict_id == dictionaries[-1][0])
         self.codec.dictionary_loader = self._load_dictionary
-        if version in keys.READABLE_FORMATS and version != keys.FORMAT_VERSION:
-            if not self.readonly:
-                # Newer formats only add record shapes that older readers lack:
-                # mark the store so that they refuse it instead of misreading.
-                with self.env.begin(write=True) as txn:
-                    txn.put(
-                        b"format_version",
-                        ormsgpack.packb(keys.FORMAT_VERSION),
-                        db=self._dbs.meta,
-                    )
-        elif version != keys.FORMAT_VERSION:
-            raise FormatVersionError(
-                f"store {self.path!r} has format version {version!r}; this deltalog reads "
-                f"format {keys.FORMAT_VERSION}. Upgrade deltalog to open it"
-                if isinstance(version, int) and version > keys.FORMAT_VERSION
-                else f"store {self.path!r} has format version {version!r}, which no deltalog "
-                f"wrote; this deltalog reads formats {sorted(keys.READABLE_FORMATS)}. The "
-                "store is damaged: restore it from a backup"
-            )
+        if version != keys.FORMAT_VERSION and not self.readonly:
+            version = self._migrate()
+        self._names_crc = version >= NAMES_CRC_FORMAT
+
+    def _migrate(self) -> int:
+        """Bring an older store to the current format in one write transaction (R10).
+
+        The version is read again inside the transaction: another process may
+        have upgraded the store since this one looked. Returns the format now stored.
+        """
+        with self.env.begin(write=True) as txn:
+            version = _format_version(txn.get(b"format_version", db=self._dbs.meta), self.path)
+            for old, new, step in pending(version):
+                logger.info("upgrading store %s from format %d to %d", self.path, old, new)
+                step(txn, self._dbs)
+            txn.put(b"format_version", ormsgpack.packb(keys.FORMAT_VERSION), db=self._dbs.meta)
+        return keys.FORMAT_VERSION
 
     def _check_writable(self) -> None:
         self._check_pid()
@@ -2673,8 +2840,8 @@ class Store:
                     req.error, req.done = err, True
                 return
             for (kind, name), name_id in names.items():
-                self._name_ids[(kind, name)] = name_id
-                self._names[(kind, name_id)] = name
+                self._name_ids.put((kind, name), name_id)
+                self._names.put((kind, name_id), name)
             for req in pending:
                 req.done = True
             if self.codec.wants_training:
@@ -2835,6 +3002,84 @@ class Store:
                 return
             start = rows[-1][0]
 
+    def verify_tables(self) -> list[tuple[str, str | None, str]]:
+        """Check every key of every database the way reads use it; never raises for damage.
+
+        First a child process walks each database with a cursor and looks every
+        key up again by a point search (the path ``get``/``set_range`` reads
+        take: a damaged B-tree page can fail one and not the other, and LMDB
+        aborts a process whose cursor steps onto one). If LMDB finds damage,
+        that is the report. Otherwise every key is decoded strictly, ``names``
+        and ``names_rev`` are cross-checked both ways (each entry has its
+        reverse, ids unique and within ``name_seq``) and every id a key holds
+        must be a known name. Cost: O(entries · log entries).
+
+        Returns:
+            (kind, thread_id or None, detail) per finding; every one is an error.
+            A finding of kind ``unreadable`` means LMDB found a damaged page.
+        """
+        damaged = self._page_walk()
+        if damaged:
+            return damaged
+        with self.read() as r:
+            check = _TableCheck(r)
+        for db_name in _TableCheck.ORDER:
+            start: bytes | None = b""
+            for _ in range(_VERIFY_RESTARTS):
+                if start is None:
+                    break
+                try:
+                    with self.read() as r:
+                        start = check.walk(r, db_name, start)
+                except DeltaLogError as exc:  # the cursor itself cannot move on
+                    check.out.append(("unreadable", None, f"{db_name}: walk stopped: {exc}"))
+                    break
+            if db_name == "names":
+                check.finish_names()
+        return check.out
+
+    def _page_walk(self) -> list[tuple[str, str | None, str]]:
+        """LMDB's own view of every page, from a child process (see ``_PAGE_WALK``):
+        an ``unreadable`` finding per database where LMDB reports or aborts on damage."""
+        self._check_pid()
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", _PAGE_WALK, self.path, *_TableCheck.ORDER],
+                capture_output=True,
+                text=True,
+                timeout=_PAGE_WALK_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired:
+            return [("unreadable", None, f"the page walk took over {_PAGE_WALK_TIMEOUT} s")]
+        if not done.stdout.startswith("D "):  # the child never ran (no usable sys.executable?)
+            logger.warning(
+                "verify: page walk of %s could not run (%s)", self.path, done.stderr[-300:]
+            )
+            return []
+        out: list[tuple[str, str | None, str]] = []
+        where = "the start"
+        for line in done.stdout.splitlines():
+            tag, _, rest = line.partition(" ")
+            if tag == "D":
+                where = f"{rest}: its start"
+            elif tag == "K":
+                db_name, _, key = rest.partition(" ")
+                where = f"{db_name}: key {key[:120]}"
+            elif tag == "E":
+                db_name, key, why = rest.split(" ", 2)
+                out.append(("unreadable", None, f"{db_name}/{key[:120]}: LMDB reports {why}"))
+        if done.returncode != 0 or not done.stdout.endswith("OK\n"):
+            err = done.stderr.strip().splitlines()
+            out.append(
+                (
+                    "unreadable",
+                    None,
+                    f"LMDB stopped the page walk within 256 keys after {where} "
+                    f"(exit {done.returncode}: {err[-1] if err else 'no message'}): a damaged page",
+                )
+            )
+        return out
+
     def db(self, name: str) -> Any:
         """The handle of one named database (for ops given to :meth:`write`)."""
         return getattr(self._dbs, name)
@@ -2877,6 +3122,70 @@ def _histories(
             bases.get(channel),
         )
     return out
+
+
+_NAME_KINDS: Final = (keys.KIND_THREAD, keys.KIND_NS, keys.KIND_CHANNEL)
+
+# Walks every database of a store with a cursor and a point lookup of every
+# key, in a child process: on a damaged B-tree page LMDB reports MDB_CORRUPTED
+# to a search but *asserts* (aborting the process) when a cursor steps onto
+# it, and a verify must survive to report it. Prints "D db" per database,
+# "K db key" every 256 keys (the last place reached if it dies) and "E db key
+# error" for an LMDB error, which ends that database's walk.
+_PAGE_WALK: Final = r"""
+import sys, lmdb
+try:
+    env = lmdb.open(sys.argv[1], max_dbs=16, readonly=True, lock=True, readahead=False)
+except lmdb.Error:  # no write access to lock.mdb: read as a lock-free reader does
+    try:
+        env = lmdb.open(sys.argv[1], max_dbs=16, readonly=True, lock=False, readahead=False)
+    except lmdb.Error as exc:
+        sys.exit("cannot open: " + str(exc))
+for name in sys.argv[2:]:
+    print("D", name, flush=True)
+    key = b""
+    try:
+        db = env.open_db(name.encode(), create=False)
+        with env.begin() as txn:
+            cur = txn.cursor(db=db)
+            for n, (key, value) in enumerate(cur.iternext()):
+                if n % 256 == 0:
+                    print("K", name, bytes(key).hex(), flush=True)
+                if txn.get(key, db=db) != value:
+                    raise lmdb.CorruptedError("a point lookup of this key does not find it")
+    except lmdb.Error as exc:
+        print("E", name, bytes(key).hex(), type(exc).__name__ + ": " + str(exc), flush=True)
+print("OK", flush=True)
+"""
+# Seconds the page walk may take before verify gives up on it.
+_PAGE_WALK_TIMEOUT: Final = 600
+
+
+def _why(exc: BaseException) -> str:
+    """An exception as one line for a verify finding."""
+    return f"{type(exc).__name__}: {exc}" if isinstance(exc, lmdb.Error) else str(exc)
+
+
+def _format_version(raw: bytes | None, path: str) -> int:
+    """The stored ``meta/format_version``, checked: a readable format or FormatVersionError."""
+    try:
+        version = None if raw is None else ormsgpack.unpackb(raw)
+    except Exception:
+        version = bytes(raw or b"")
+    if type(version) is int and version in keys.READABLE_FORMATS:
+        return version
+    shown = repr(version)
+    shown = shown if len(shown) <= 80 else shown[:80] + "…"
+    if type(version) is int and version > keys.FORMAT_VERSION:
+        raise FormatVersionError(
+            f"store {path!r} has format version {version}; this deltalog reads "
+            f"format {keys.FORMAT_VERSION}. Upgrade deltalog to open it"
+        )
+    raise FormatVersionError(
+        f"store {path!r} has format version {shown} (record meta/format_version), which no "
+        f"deltalog wrote; this deltalog reads formats {sorted(keys.READABLE_FORMATS)}. The "
+        "store is damaged: restore it from a backup"
+    )
 
 
 def _split_write_value(raw: bytes) -> tuple[bytes, int, bytes]:

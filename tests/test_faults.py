@@ -732,39 +732,3 @@ def test_reads_of_a_closed_saver_fail_clearly(make_saver: Callable[..., DeltaLog
         saver.get_tuple(config)
     with pytest.raises(DeltaLogError, match="closed"):
         put_values(saver, "t", {"x": 2})
-
-
-@pytest.mark.parametrize("old", [1, 2])
-def test_older_format_store_opens_and_is_marked_current(
-    old: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """R10: formats 2 and 3 only add record shapes (delta blobs over writes, values
-    inside checkpoint records), so an older store opens; a writable open marks it
-    current (older readers then refuse it), a read-only open leaves it as it is."""
-    from deltalog.engine import saver as saver_module
-    from deltalog.engine.store import Store
-
-    path = tmp_path / "store"
-    with monkeypatch.context() as patch:
-        patch.setattr(saver_module, "INLINE_MAX", -1)  # every value a blob, as before format 3
-        with DeltaLogSaver.from_path(path) as saver:
-            config = put_values(saver, "t", {"x": 1})
-    _set_format_version(path, old)
-
-    def stored_version() -> Any:
-        env = lmdb.open(str(path), max_dbs=16, readonly=True, lock=False)
-        try:
-            meta = env.open_db(b"meta", create=False)
-            with env.begin() as txn:
-                return ormsgpack.unpackb(txn.get(b"format_version", db=meta) or b"")
-        finally:
-            env.close()
-
-    with DeltaLogSaver(Store(path, readonly=True)) as saver:
-        assert saver.get_tuple(config).checkpoint["channel_values"] == {"x": 1}  # type: ignore[union-attr]
-    assert stored_version() == old
-    with DeltaLogSaver.from_path(path) as saver:
-        assert saver.get_tuple(config).checkpoint["channel_values"] == {"x": 1}  # type: ignore[union-attr]
-        child = put_values(saver, "t", {"x": 2}, parent=config)
-        assert saver.get_tuple(child).checkpoint["channel_values"] == {"x": 2}  # type: ignore[union-attr]
-    assert stored_version() == keys.FORMAT_VERSION == 3

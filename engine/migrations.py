@@ -1,0 +1,91 @@
+"""The ordered on-disk format migrations (R10).
+
+``MIGRATIONS`` lists every step ``(from_version, to_version, step)``; the steps
+chain from format 1 to :data:`~deltalog.engine.keys.FORMAT_VERSION` with no gap.
+A writable open of an older store runs the steps it needs, in order, inside
+one write transaction that also records the new ``format_version``: a crash
+leaves the store at the old format, never between two. A read-only open runs
+none (R12): it reads the old format as it is.
+
+==========  =================================================================
+step        what changes on disk
+==========  =================================================================
+1 → 2       nothing is rewritten: format 2 only adds delta blobs over writes
+2 → 3       nothing is rewritten: format 3 only adds values held inside
+            checkpoint records
+3 → 4       every ``names`` and ``names_rev`` record is rewritten with a
+            CRC-32 over its key and value (:mod:`deltalog.engine.names`)
+==========  =================================================================
+
+Steps are fed the raw transaction and database handles: only
+:mod:`deltalog.engine.store` opens transactions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final, Protocol
+
+from deltalog.engine import keys
+from deltalog.engine.names import (
+    decode_name_id,
+    decode_name_rev,
+    encode_name_id,
+    encode_name_rev,
+)
+
+__all__ = ["MIGRATIONS", "Migration", "NameDbs", "pending"]
+
+
+class NameDbs(Protocol):
+    """The database handles a migration step uses (the store's ``_Dbs``)."""
+
+    names: Any
+    names_rev: Any
+
+
+Migration = Callable[[Any, NameDbs], None]
+"""A step: given an open write transaction and the database handles, rewrite in place."""
+
+
+def _records_only_added(txn: Any, dbs: NameDbs) -> None:
+    """Formats 2 and 3 only add record shapes that older stores lack: nothing to rewrite."""
+
+
+def checksum_names(txn: Any, dbs: NameDbs) -> None:
+    """Format 4: rewrite every name record with a CRC over its key and value.
+
+    Each record is decoded in the old layout first, so one that format 3 could
+    not read either (a malformed length) stops the upgrade with
+    CorruptRecordError, and the store stays as it was.
+    """
+    for db in (dbs.names, dbs.names_rev):
+        rows = list(txn.cursor(db=db).iternext(keys=True, values=True))
+        for key, raw in rows:
+            key = bytes(key)
+            if db is dbs.names:
+                name_id, name = decode_name_id(key, raw, crc=False)
+                value = encode_name_id(key, name_id, name)
+            else:
+                value = encode_name_rev(key, decode_name_rev(key, raw, crc=False))
+            txn.put(key, value, db=db)
+
+
+MIGRATIONS: Final[tuple[tuple[int, int, Migration], ...]] = (
+    (1, 2, _records_only_added),
+    (2, 3, _records_only_added),
+    (3, 4, checksum_names),
+)
+
+
+def pending(version: int) -> list[tuple[int, int, Migration]]:
+    """The steps that take a store of ``version`` to the current format, in order."""
+    steps = [m for m in MIGRATIONS if m[0] >= version]
+    at = version
+    for old, new, _ in steps:
+        if old != at:
+            break
+        at = new
+    if at != keys.FORMAT_VERSION:
+        raise ValueError(f"no migration path from format {version} to {keys.FORMAT_VERSION}")
+    return steps
