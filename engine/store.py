@@ -3044,13 +3044,23 @@ class Store:
         self._check_pid()
         try:
             done = subprocess.run(
-                [sys.executable, "-c", _PAGE_WALK, self.path, *_TableCheck.ORDER],
+                [
+                    sys.executable,
+                    "-c",
+                    _PAGE_WALK,
+                    self.path,
+                    "1" if self.locked else "0",
+                    *_TableCheck.ORDER,
+                ],
                 capture_output=True,
                 text=True,
                 timeout=_PAGE_WALK_TIMEOUT,
             )
         except subprocess.TimeoutExpired:
             return [("unreadable", None, f"the page walk took over {_PAGE_WALK_TIMEOUT} s")]
+        except OSError as exc:  # this user may not run sys.executable (a read-only user)
+            logger.warning("verify: page walk of %s could not run (%s)", self.path, exc)
+            return []
         if not done.stdout.startswith("D "):  # the child never ran (no usable sys.executable?)
             logger.warning(
                 "verify: page walk of %s could not run (%s)", self.path, done.stderr[-300:]
@@ -3134,14 +3144,18 @@ _NAME_KINDS: Final = (keys.KIND_THREAD, keys.KIND_NS, keys.KIND_CHANNEL)
 # error" for an LMDB error, which ends that database's walk.
 _PAGE_WALK: Final = r"""
 import sys, lmdb
+# argv[2] is "1" when the parent holds LMDB's lock file, "0" when it reads
+# lock-free (a backup without lock.mdb, a read-only user): the child then
+# reads lock-free too, so it creates no lock.mdb (R12).
+lock = sys.argv[2] == "1"
 try:
-    env = lmdb.open(sys.argv[1], max_dbs=16, readonly=True, lock=True, readahead=False)
+    env = lmdb.open(sys.argv[1], max_dbs=16, readonly=True, lock=lock, readahead=False)
 except lmdb.Error:  # no write access to lock.mdb: read as a lock-free reader does
     try:
         env = lmdb.open(sys.argv[1], max_dbs=16, readonly=True, lock=False, readahead=False)
     except lmdb.Error as exc:
         sys.exit("cannot open: " + str(exc))
-for name in sys.argv[2:]:
+for name in sys.argv[3:]:
     print("D", name, flush=True)
     key = b""
     try:
