@@ -70,3 +70,49 @@ class CorruptRecordError(DeltaLogError):
 class DamagedKeyError(CorruptRecordError, ValueError):
     """Stored key bytes do not decode (LMDB keeps no checksums, so a damaged key is
     found only when it is read). A ``ValueError`` too, as the key decoders raised before."""
+
+
+class MigrationError(DeltaLogError):
+    """A migration cannot start or did not verify; the message names the thread and the fix.
+
+    Also importable from ``deltalog.engine.migrate``, where it was defined first."""
+
+
+class ConcurrentChangeError(DeltaLogError):
+    """A maintenance operation gave up because writers kept changing the threads it
+    planned on; nothing was changed. Retry when the writers pause."""
+
+
+class ReadOnlyStoreError(DeltaLogError):
+    """A write was asked of a store opened read-only."""
+
+
+class StoreClosedError(DeltaLogError):
+    """The store (or the saver over it) was closed; open a new one."""
+
+
+class ForkedStoreError(DeltaLogError):
+    """A store inherited over ``fork()`` cannot be reopened in the child, because a
+    transaction stayed open in the parent while it forked."""
+
+
+class GroupCommitOffError(DeltaLogError):
+    """``Store.submit`` was called on a store opened with ``group_commit=False``."""
+
+
+class OptionError(InvalidInputError):
+    """A constructor option is out of range (a negative cache or memo budget, a negative
+    compression threshold); the message names the option and its value."""
+
+
+# Issue 16: one subclass per distinct condition. Appended here (not into the
+# sorted list above) so that parallel additions merge.
+__all__ += [
+    "ConcurrentChangeError",
+    "ForkedStoreError",
+    "GroupCommitOffError",
+    "MigrationError",
+    "OptionError",
+    "ReadOnlyStoreError",
+    "StoreClosedError",
+]

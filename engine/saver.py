@@ -44,7 +44,12 @@ from deltalog.engine import keys
 from deltalog.engine.cache import DecodedCache, HistoryCopies, gc_paused
 from deltalog.engine.codec import RecordCodec
 from deltalog.engine.core import Node, Plan, plan_delete, plan_keep
-from deltalog.engine.errors import ConfigError, DeltaChainError, DeltaLogError, InvalidInputError
+from deltalog.engine.errors import (
+    ConcurrentChangeError,
+    ConfigError,
+    DeltaChainError,
+    InvalidInputError,
+)
 from deltalog.engine.reports import CompactReport, CopyReport, Problem, RemovalReport, VerifyReport
 from deltalog.engine.store import INLINE_MAX, Store, WriteTxn
 from deltalog.engine.store_rows import (
@@ -885,7 +890,7 @@ class DeltaLogSaver(
                 for counts in results:
                     report.add(counts)
                 return report
-        raise DeltaLogError(
+        raise ConcurrentChangeError(
             "the threads kept changing while being pruned; retry when writers pause"
         )
 
