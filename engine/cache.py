@@ -31,6 +31,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, Generic, TypeVar
 
+from deltalog.engine.errors import OptionError
+
 __all__ = [
     "DecodedCache",
     "EnvelopeCache",
@@ -81,7 +83,7 @@ class DecodedCache:
         self, max_bytes: int = 64 * 1024**2, min_record: int = 2048, seen_max: int = 4096
     ) -> None:
         if max_bytes < 0:
-            raise ValueError(
+            raise OptionError(
                 f"cache max_bytes {max_bytes} is negative; pass 0 to disable the cache"
             )
         self.max_bytes = max_bytes

@@ -35,7 +35,7 @@ from typing import Any, Final, NamedTuple, Protocol
 
 import ormsgpack
 import zstandard
-from deltalog.engine.errors import CorruptRecordError
+from deltalog.engine.errors import CorruptRecordError, OptionError
 
 __all__ = ["Compressor", "DeltaHeader", "RecordCodec", "WriteDict", "ZstdCompressor"]
 
@@ -267,7 +267,7 @@ class RecordCodec:
         compressor: Compressor | None = None,
     ) -> None:
         if compress_threshold is not None and compress_threshold < 0:
-            raise ValueError(
+            raise OptionError(
                 f"compress_threshold {compress_threshold} is negative; pass a byte count "
                 "or None to disable compression"
             )

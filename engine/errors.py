@@ -9,19 +9,26 @@ so callers never need to import ``lmdb``.
 from __future__ import annotations
 
 __all__ = [
+    "ConcurrentChangeError",
     "ConfigError",
     "CorruptRecordError",
     "DamagedKeyError",
     "DeltaChainError",
     "DeltaLogError",
+    "ForkedStoreError",
     "FormatVersionError",
+    "GroupCommitOffError",
     "ImportRecordError",
     "InvalidInputError",
     "KeyTooLongError",
+    "MigrationError",
     "NotAStoreError",
+    "OptionError",
     "ParentCycleError",
+    "ReadOnlyStoreError",
     "ReducerMismatchError",
     "SerdeMismatchError",
+    "StoreClosedError",
     "StoreFullError",
     "StoreOpenError",
     "ThreadExistsError",
@@ -129,3 +136,36 @@ class UntrustedTypeError(DeltaLogError):
 class UndecryptableValueError(SerdeMismatchError, ValueError):
     """An encrypted value does not decrypt with this saver's key (wrong key, or altered).
     A ``ValueError`` too, as the cipher raised before."""
+
+
+class MigrationError(DeltaLogError):
+    """A migration cannot start or did not verify; the message names the thread and the fix.
+
+    Also importable from ``deltalog.engine.migrate``, where it was defined first."""
+
+
+class ConcurrentChangeError(DeltaLogError):
+    """A maintenance operation gave up because writers kept changing the threads it
+    planned on; nothing was changed. Retry when the writers pause."""
+
+
+class ReadOnlyStoreError(DeltaLogError):
+    """A write was asked of a store opened read-only."""
+
+
+class StoreClosedError(DeltaLogError):
+    """The store (or the saver over it) was closed; open a new one."""
+
+
+class ForkedStoreError(DeltaLogError):
+    """A store inherited over ``fork()`` cannot be reopened in the child, because a
+    transaction stayed open in the parent while it forked."""
+
+
+class GroupCommitOffError(DeltaLogError):
+    """``Store.submit`` was called on a store opened with ``group_commit=False``."""
+
+
+class OptionError(InvalidInputError):
+    """A constructor option is out of range (a negative cache or memo budget, a negative
+    compression threshold); the message names the option and its value."""

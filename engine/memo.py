@@ -39,6 +39,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable
 from typing import Final
 
+from deltalog.engine.errors import OptionError
 from deltalog.engine.store_rows import HistoryEntry, StoredValue, WriteRow
 
 __all__ = ["HistoryMemo"]
@@ -64,7 +65,7 @@ class HistoryMemo:
 
     def __init__(self, max_entries: int = 4096, max_bytes: int = 64 * 1024**2) -> None:
         if max_entries < 0 or max_bytes < 0:
-            raise ValueError(
+            raise OptionError(
                 f"history memo budgets ({max_entries} entries, {max_bytes} bytes) must not "
                 "be negative; pass 0 to disable the memo"
             )

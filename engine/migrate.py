@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
-from deltalog.engine.errors import DeltaLogError
+from deltalog.engine.errors import DeltaLogError, MigrationError
 from deltalog.engine.saver import DeltaLogSaver
 from deltalog.engine.store import open_owner_only
 from langchain_core.runnables import RunnableConfig
@@ -78,10 +78,6 @@ __all__ = [
 ]
 
 Saver = BaseCheckpointSaver[Any]
-
-
-class MigrationError(DeltaLogError):
-    """A migration cannot start or did not verify; the message names the thread and the fix."""
 
 
 class CheckpointRef(NamedTuple):

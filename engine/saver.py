@@ -45,6 +45,7 @@ from deltalog.engine.cache import DecodedCache, HistoryCopies, gc_paused
 from deltalog.engine.codec import RecordCodec
 from deltalog.engine.core import Node, Plan, plan_delete, plan_keep
 from deltalog.engine.errors import (
+    ConcurrentChangeError,
     ConfigError,
     DeltaChainError,
     DeltaLogError,
@@ -914,7 +915,7 @@ class DeltaLogSaver(
                 for counts in results:
                     report.add(counts)
                 return report
-        raise DeltaLogError(
+        raise ConcurrentChangeError(
             "the threads kept changing while being pruned; retry when writers pause"
         )
 

@@ -48,10 +48,14 @@ from deltalog.engine.errors import (
     CorruptRecordError,
     DamagedKeyError,
     DeltaLogError,
+    ForkedStoreError,
     FormatVersionError,
+    GroupCommitOffError,
     InvalidInputError,
     NotAStoreError,
     ParentCycleError,
+    ReadOnlyStoreError,
+    StoreClosedError,
     StoreFullError,
     StoreOpenError,
     ThreadExistsError,
@@ -2351,14 +2355,14 @@ class Store:
     def _check_writable(self) -> None:
         self._check_pid()
         if self.readonly:
-            raise DeltaLogError(f"store {self.path!r} was opened read-only")
+            raise ReadOnlyStoreError(f"store {self.path!r} was opened read-only")
 
     def _check_pid(self) -> None:
         if self._closed:
-            raise DeltaLogError(f"store {self.path!r} is closed; open a new saver")
+            raise StoreClosedError(f"store {self.path!r} is closed; open a new saver")
         if os.getpid() != self._pid:
             if not self._closed_for_fork:
-                raise DeltaLogError(
+                raise ForkedStoreError(
                     f"store {self.path!r} was inherited over fork() while a transaction "
                     f"stayed open for over {_FORK_WAIT}s, so this child cannot reopen it; "
                     "fork when no read or write is in progress, or open the store after fork()"
@@ -2584,7 +2588,7 @@ class Store:
         """
         self._check_writable()
         if not self.group_commit:
-            raise DeltaLogError("Store.submit needs group commit; use Store.write")
+            raise GroupCommitOffError("Store.submit needs group commit; use Store.write")
         req: _Request[T] = _Request(op, history_safe, notify)
         with self._queue_lock:
             self._queue.append(req)

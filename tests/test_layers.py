@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"deltalog.engine": ROOT / "engine", "deltalog.channels": ROOT / "channels"}
+PACKAGE_OF = {folder.name: package for package, folder in PACKAGES.items()}
 
 # The layers, top to bottom. Every module of engine/ and channels/ is listed: a
 # new module fails test_every_module_has_a_layer until it is given its room.
@@ -213,3 +215,22 @@ def test_the_walk_catches_an_upward_import_and_a_stray_lmdb() -> None:
     assert [(e.importer, e.imported) for e in lmdb_outside_storage(edges)] == [
         ("deltalog.engine.saver", "lmdb.cffi")
     ]
+
+
+def test_the_design_doc_places_every_module_as_the_table_does() -> None:
+    """docs/design.md "Where things live" lists each module once, in its LAYERS layer."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    section = text.split("## Where things live", 1)[1].split("\n## ", 1)[0]
+    placed: dict[str, str] = {}
+    for row in section.splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[1].startswith("`"):
+            continue
+        folder = ""
+        for name in re.findall(r"`([^`]+\.py)`", cells[1]):
+            folder, _, file = name.rpartition("/") if "/" in name else (folder, "/", name)
+            parts = [PACKAGE_OF[folder], *Path(file).with_suffix("").parts]
+            module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            assert module not in placed, f"{module} is listed twice"
+            placed[module] = cells[0]
+    assert placed == LAYERS
