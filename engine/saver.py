@@ -502,7 +502,8 @@ class DeltaLogSaver(
         # value of a version is what was stored when it was new). Where the
         # parent does not have the version (a "__copy__" fork's parent is the
         # copied checkpoint's parent; no parent), a small scalar this put passes
-        # is held instead. Scalars are immutable: keeping references is a snapshot.
+        # is held instead, else the value a record holding that version has.
+        # Scalars are immutable: keeping references is a snapshot.
         carry = [c for c in versions if c not in new_versions]
         passed = {c: values[c] for c in carry if c in values and type(values[c]) in _SCALARS}
 

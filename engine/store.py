@@ -1505,7 +1505,9 @@ class WriteTxn(ReadTxn):
         no blob exists for them, so every record holds the inline values of
         all its versions, and reads never look further than the record. A
         ``carry`` channel whose version the parent lacks (or with no parent)
-        takes ``fallback(channel)``, the caller's own small value, if any.
+        takes ``fallback(channel)``, the caller's own small value, if any,
+        else the value another record of the namespace holds at that version
+        (:meth:`_held_elsewhere`).
         """
         cid = keys.encode_id(checkpoint_id)
         if parent_id is not None:
@@ -1524,13 +1526,19 @@ class WriteTxn(ReadTxn):
                 praw = self.txn.get(pkey, db=self.dbs.checkpoints)
                 if praw is not None:
                     _, pversions, pinline = self._envelope(pkey, praw)
+            unsettled: dict[str, Version] = {}
             for channel in carry:
                 if channel in pversions and pversions[channel] == channel_versions[channel]:
                     # The parent settles it: its inline value, else a blob or empty.
                     typed = pinline.get(channel)
                 else:
                     typed = fallback(channel) if fallback is not None else None
+                    if typed is None and channel not in delta:
+                        unsettled[channel] = channel_versions[channel]
                 if typed is not None:
+                    held.setdefault(channel, typed)
+            if unsettled:
+                for channel, typed in self._held_elsewhere(t, n, unsettled).items():
                     held.setdefault(channel, typed)
         for channel in held:
             # Interned like any stored channel: a name without an id is one
@@ -1565,6 +1573,40 @@ class WriteTxn(ReadTxn):
         self.txn.put(key, self.codec.encode(record), db=self.dbs.checkpoints)
         if run_id is not None:
             self.txn.put(keys.run_key(keys.encode_run(run_id), t, n, cid), b"", db=self.dbs.runs)
+
+    def _held_elsewhere(self, t: int, n: int, wanted: Mapping[str, Version]) -> dict[str, Typed]:
+        """Inline values of channels at versions, held by any record of (thread, ns).
+
+        For a put that keeps versions its parent does not have (it shares them
+        with another checkpoint: a fork, an edit that goes back) without
+        passing their values: the value of a version is the one stored when
+        it was new, wherever that checkpoint sits. A blob at the version means
+        no record holds it (one lookup); for the rest, the records are read
+        newest first, once for all of them, until each is found. Cost: at most
+        one envelope (cached) per checkpoint of the namespace, and only on this
+        rare path: the runtime passes every value it keeps, so only its empty
+        channels get here (a fork); delta channels are skipped.
+        """
+        todo: dict[str, Version] = {}
+        for channel, version in wanted.items():
+            channel_id = self.name_id(keys.KIND_CHANNEL, channel)
+            if channel_id is None:
+                continue  # nothing in the store holds the channel
+            bkey = keys.blob_key(t, n, channel_id, version)
+            if self.txn.get(bkey, db=self.dbs.blobs) is None:
+                todo[channel] = version
+        found: dict[str, Typed] = {}
+        if not todo:
+            return found
+        for key, raw in self.iter_checkpoint_keys(keys.ns_prefix(t, n), start=None, reverse=True):
+            _, versions, inline = self._envelope(key, raw)
+            for channel in [c for c, v in todo.items() if c in inline and versions.get(c) == v]:
+                ctype, payload = inline[channel]
+                found[channel] = (ctype, payload)
+                del todo[channel]
+            if not todo:
+                break
+        return found
 
     def _refuse_cycle(
         self, t: int, n: int, thread_id: str, checkpoint_id: str, parent_id: str | None
