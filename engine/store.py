@@ -111,6 +111,9 @@ INLINE_MAX: Final = 512
 
 # A walk that finds no seed after this many ancestors is reading a damaged chain.
 MAX_WALK: Final = 1_000_000
+# Ancestors an ordinary put (new id above its parent's) checks for a parent
+# cycle: short loops crafted by two or three puts; see WriteTxn._refuse_cycle.
+_QUICK_CYCLE_STEPS: Final = 4
 
 
 @dataclass
@@ -855,7 +858,7 @@ class ReadTxn:
                     "parent_cycle",
                     "error",
                     cycle[0],
-                    f"the parent chain loops ({loop}); every read of these checkpoints fails",
+                    f"the parent chain loops (child -> parent: {loop}); every read of these checkpoints fails",
                 )
             )
         for (cid, channel), missing in sorted(delta_chains(nodes, list(nodes)).broken.items()):
@@ -1514,7 +1517,9 @@ class WriteTxn(ReadTxn):
             keys.encode_id(parent_id)  # validate before anything is written
         t = self.intern(keys.KIND_THREAD, thread_id)
         n = self.intern(keys.KIND_NS, checkpoint_ns)
-        self._refuse_cycle(t, n, thread_id, checkpoint_id, parent_id)
+        key = keys.checkpoint_key(t, n, cid)
+        latest = self.latest_key(t, n)
+        self._refuse_cycle(t, n, thread_id, checkpoint_id, parent_id, latest)
         for blob in blobs:
             self.put_blob(t, n, blob.channel, blob.version, blob.value, before=cid)
         held = dict(inline or {})
@@ -1544,8 +1549,6 @@ class WriteTxn(ReadTxn):
             # Interned like any stored channel: a name without an id is one
             # that nothing in the store holds (the delta walk relies on it).
             self.intern(keys.KIND_CHANNEL, channel)
-        key = keys.checkpoint_key(t, n, cid)
-        latest = self.latest_key(t, n)
         if latest is not None and latest >= key:
             # Overwritten, or inserted below a newer checkpoint: it may be the
             # ancestor (or the missing parent) of a remembered history. (Only
@@ -1609,7 +1612,13 @@ class WriteTxn(ReadTxn):
         return found
 
     def _refuse_cycle(
-        self, t: int, n: int, thread_id: str, checkpoint_id: str, parent_id: str | None
+        self,
+        t: int,
+        n: int,
+        thread_id: str,
+        checkpoint_id: str,
+        parent_id: str | None,
+        latest: bytes | None,
     ) -> None:
         """Raise :class:`ParentCycleError` if storing ``checkpoint_id`` under ``parent_id``
         would close a parent cycle (R11); called before anything of the put is written.
@@ -1621,8 +1630,8 @@ class WriteTxn(ReadTxn):
 
         * a parent equal to the checkpoint is refused at once;
         * a put whose parent key is below its own key and whose id is new (every
-          put the runtime makes: uuid6 ids grow with time) is O(1): nothing is
-          walked;
+          put the runtime makes: uuid6 ids grow with time) walks at most
+          ``_QUICK_CYCLE_STEPS`` (4) ancestors, so the cost stays constant;
         * any other put (a parent key above its own, or an id that is stored
           already and is being re-written) walks the parent chain from the
           parent up to the root or a missing record, refusing when it reaches
@@ -1631,9 +1640,10 @@ class WriteTxn(ReadTxn):
           checkpoint of the namespace, on these rare puts only.
 
         Not refused here (no index of children exists to find it in bounded
-        time): a new id whose parent key is below its own, when an earlier put
-        already named that id as the parent of a smaller key while it did not
-        exist yet. ``verify`` reports such a cycle (``parent_cycle``) and every
+        time): a loop longer than that closed by such a put, through an earlier
+        put that named its id as the parent of a smaller key while the id did
+        not exist yet. (``latest`` is the namespace's greatest key before this
+        put: a key above it is new without a lookup.) ``verify`` reports such a cycle (``parent_cycle``) and every
         read that meets it raises :class:`CorruptRecordError`.
         """
         if parent_id is None:
@@ -1648,14 +1658,14 @@ class WriteTxn(ReadTxn):
         prefix = keys.ns_prefix(t, n)
         key = prefix + keys.encode_id(checkpoint_id)
         cursor: bytes | None = keys.encode_id(parent_id)
-        if (
-            prefix + keys.encode_id(parent_id) < key
-            and self.txn.get(key, db=self.dbs.checkpoints) is None
+        limit: int | None = None
+        if prefix + keys.encode_id(parent_id) < key and (
+            latest is None or latest < key or self.txn.get(key, db=self.dbs.checkpoints) is None
         ):
-            return
+            limit = _QUICK_CYCLE_STEPS
         chain = [checkpoint_id]
         seen: set[bytes] = set()
-        while cursor is not None:
+        while cursor is not None and (limit is None or len(seen) < limit):
             pkey = prefix + cursor
             if pkey == key:
                 loop = " -> ".join([*chain, checkpoint_id])
