@@ -50,6 +50,7 @@ from deltalog.engine.errors import (
     DeltaChainError,
     DeltaLogError,
     InvalidInputError,
+    ReducerMismatchError,
     SerdeMismatchError,
     UndecryptableValueError,
 )
@@ -91,6 +92,9 @@ _LIST_CHUNK = 32
 # such as enums go to blobs). The same set LangGraph's PostgresSaver keeps in
 # its checkpoint row; lists and dicts (growing values, delta seeds) never.
 _SCALARS: Final = frozenset({type(None), bool, int, float, str})
+# Stored snapshots a re-seeding prune replays to check the caller's reducer
+# against, per re-seeded channel (see DeltaLogSaver._check_reducer).
+_REDUCER_WITNESSES: Final = 2
 
 
 class DeltaLogSaver(
@@ -526,7 +530,8 @@ class DeltaLogSaver(
         # value of a version is what was stored when it was new). Where the
         # parent does not have the version (a "__copy__" fork's parent is the
         # copied checkpoint's parent; no parent), a small scalar this put passes
-        # is held instead. Scalars are immutable: keeping references is a snapshot.
+        # is held instead, else the value a record holding that version has.
+        # Scalars are immutable: keeping references is a snapshot.
         carry = [c for c in versions if c not in new_versions]
         passed = {c: values[c] for c in carry if c in values and type(values[c]) in _SCALARS}
 
@@ -907,10 +912,15 @@ class DeltaLogSaver(
                         counts["seeds"] = sum(len(c) for c in plan.seeds.values())
                         report.add(counts)
                 return report
-            work = [
-                (g, plan, self._seed_rows(g, plan, specs)) for g, plan in plans if not plan.empty
-            ]
-            results = self.store.write(functools.partial(_apply_plans, work=work, extra=extra))
+            work = [(g, plan) for g, plan in plans if not plan.empty]
+            results = self.store.write(
+                functools.partial(
+                    _apply_plans,
+                    work=work,
+                    extra=extra,
+                    seeder=functools.partial(self._seed_rows, specs=specs),
+                )
+            )
             if results is not None:
                 for counts in results:
                     report.add(counts)
@@ -920,18 +930,85 @@ class DeltaLogSaver(
         )
 
     def _seed_rows(
-        self, g: _Group, plan: Plan, specs: Mapping[str, Any]
+        self, r: ReadTxn, g: _Group, plan: Plan, *, specs: Mapping[str, Any]
     ) -> builtins.list[tuple[str, BlobRow]]:
+        """The fresh seeds of ``plan``, read and checked in the prune's write transaction ``r``.
+
+        Each seed is what the kept chain replays to through the caller's
+        reducer, read in the same transaction that then writes it, so no
+        concurrent write can slip between the two. The reducer itself is
+        checked first against values the graph stored (see
+        :meth:`_check_reducer`); a mismatch raises, and since the transaction
+        is dropped, nothing is deleted or written.
+
+        Raises:
+            ReducerMismatchError: The reducer does not rebuild a stored value.
+        """
         rows: builtins.list[tuple[str, BlobRow]] = []
         for cid, channels in sorted(plan.seeds.items()):
-            histories = self.get_delta_channel_history(
-                config=_config(g.thread_id, g.checkpoint_ns, cid), channels=sorted(channels)
-            )
+            histories = r.delta_history(g.t, g.n, cid, sorted(channels))
             for channel in sorted(channels):
-                value = replay_history(histories[channel], specs[channel])
+                self._check_reducer(r, g, cid, channel, specs[channel])
+                value = replay_history(self._decoded(*histories[channel]), specs[channel])
                 blob = self._dumps(_DeltaSnapshot(value), f"seed of channel {channel!r}")
                 rows.append((cid, BlobRow(channel, g.versions[cid][channel], blob)))
         return rows
+
+    def _decoded(self, seed: StoredValue | None, writes: Sequence[WriteRow]) -> DeltaChannelHistory:
+        """A raw history as ``get_delta_channel_history`` returns it."""
+        loads = self.serde.loads_typed
+        out: DeltaChannelHistory = {
+            "writes": [(w.task_id, w.channel, loads(w.value)) for w in writes]
+        }
+        if seed is not None:
+            out["seed"] = self._load(seed)
+        return out
+
+    def _check_reducer(self, r: ReadTxn, g: _Group, cid: str, channel: str, spec: Any) -> None:
+        """Refuse a reducer that does not rebuild the values the graph stored (R7).
+
+        The graph's own reducer wrote every snapshot (``_DeltaSnapshot``) on
+        the way to ``cid``: each is the replay of the writes before it from
+        the snapshot before that. So the caller's reducer must turn the
+        history of the nearest snapshotted ancestors (up to
+        ``_REDUCER_WITNESSES`` whose history has writes) into exactly the
+        value stored there. Cost: that many more walks, each back to the
+        previous snapshot. A chain with no snapshot that follows writes (a
+        thread younger than its snapshot frequency) offers nothing to check
+        against; its seed is still exactly the replay of the kept chain.
+
+        Raises:
+            ReducerMismatchError: Naming the channel, the checkpoint and the mismatch.
+        """
+        checked = 0
+        node = g.nodes.get(cid)
+        seen: set[str] = set()
+        while node is not None and node.parent_id is not None and checked < _REDUCER_WITNESSES:
+            node = g.nodes.get(node.parent_id)
+            if node is None or node.checkpoint_id in seen:
+                return
+            seen.add(node.checkpoint_id)
+            if channel not in node.seeded:
+                continue
+            row = r.checkpoint(g.t, g.n, node.checkpoint_id, with_writes=False)
+            stored = row.values.get(channel) if row is not None else None
+            if stored is None:
+                continue
+            history = r.delta_history(g.t, g.n, node.checkpoint_id, [channel])[channel]
+            if not history[1]:
+                continue
+            checked += 1
+            want = replay_history({"writes": [], "seed": self._load(stored)}, spec)
+            got = replay_history(self._decoded(*history), spec)
+            if got != want:
+                raise ReducerMismatchError(
+                    f"prune: the reducer given for channel {channel!r} ({_reducer_name(spec)}) does not "
+                    f"rebuild the value the graph stored at checkpoint {node.checkpoint_id} of "
+                    f"thread {g.thread_id!r} (namespace {g.checkpoint_ns!r}): replaying its "
+                    f"{len(history[1])} writes gives {_difference(got, want)}. Pass the graph "
+                    "that wrote the thread (its reducers), or prune without reducers to keep "
+                    "the chain; nothing was deleted"
+                )
 
     def verify(
         self, thread_ids: Sequence[str] | None = None, *, deep: bool = False
@@ -1353,16 +1430,38 @@ def _before_id(before: Any) -> str | None:
 def _apply_plans(
     w: WriteTxn,
     *,
-    work: list[tuple[_Group, Plan, list[tuple[str, BlobRow]]]],
+    work: list[tuple[_Group, Plan]],
     extra: frozenset[str],
+    seeder: Callable[[WriteTxn, _Group, Plan], list[tuple[str, BlobRow]]],
 ) -> list[dict[str, int]] | None:
-    """Apply planned groups in one transaction; None if any group changed since planning."""
-    out = []
-    for g, plan, seeds in work:
+    """Apply planned groups in one transaction; None if any group changed since planning.
+
+    Every group is checked and its seeds computed (``seeder``, which may
+    raise) before the first one is changed.
+    """
+    seeded = []
+    for g, plan in work:
         if w.group(g.t, g.n, extra)[0] != g.nodes:
             return None
-        out.append(w.apply_plan(g.t, g.n, plan, seeds, g.versions, g.runs))
-    return out
+        seeded.append((g, plan, seeder(w, g, plan) if plan.seeds else []))
+    return [w.apply_plan(g.t, g.n, plan, seeds, g.versions, g.runs) for g, plan, seeds in seeded]
+
+
+def _reducer_name(spec: Any) -> str:
+    """How an error names a channel's reducer (a DeltaChannel names its own)."""
+    reducer = getattr(spec, "reducer", spec)
+    name = getattr(reducer, "__qualname__", None)
+    return name if isinstance(name, str) else f"{reducer!r:.60}"
+
+
+def _difference(got: Any, want: Any) -> str:
+    """A short account of how a rebuilt value differs from the stored one."""
+    if isinstance(got, list) and isinstance(want, list):
+        if len(got) != len(want):
+            return f"{len(got)} items where the graph stored {len(want)}"
+        i = next(i for i, (a, b) in enumerate(zip(got, want, strict=True)) if a != b)
+        return f"item {i} {got[i]!r:.80} where the graph stored {want[i]!r:.80}"
+    return f"{got!r:.80} where the graph stored {want!r:.80}"
 
 
 # One environment per path and process: LMDB (and py-lmdb) refuse a second

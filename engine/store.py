@@ -137,6 +137,9 @@ INLINE_MAX: Final = 512
 MAX_WALK: Final = 1_000_000
 # verify_tables resumes a database walk after LMDB damage at most this often.
 _VERIFY_RESTARTS: Final = 10_000
+# Ancestors an ordinary put (new id above its parent's) checks for a parent
+# cycle: short loops crafted by two or three puts; see WriteTxn._refuse_cycle.
+_QUICK_CYCLE_STEPS: Final = 4
 
 
 @dataclass
@@ -897,7 +900,7 @@ class ReadTxn:
                     "parent_cycle",
                     "error",
                     cycle[0],
-                    f"the parent chain loops ({loop}); every read of these checkpoints fails",
+                    f"the parent chain loops (child -> parent: {loop}); every read of these checkpoints fails",
                 )
             )
         for (cid, channel), missing in sorted(delta_chains(nodes, list(nodes)).broken.items()):
@@ -1687,14 +1690,18 @@ class WriteTxn(ReadTxn):
         no blob exists for them, so every record holds the inline values of
         all its versions, and reads never look further than the record. A
         ``carry`` channel whose version the parent lacks (or with no parent)
-        takes ``fallback(channel)``, the caller's own small value, if any.
+        takes ``fallback(channel)``, the caller's own small value, if any,
+        else the value another record of the namespace holds at that version
+        (:meth:`_held_elsewhere`).
         """
         cid = keys.encode_id(checkpoint_id)
         if parent_id is not None:
             keys.encode_id(parent_id)  # validate before anything is written
         t = self.intern(keys.KIND_THREAD, thread_id)
         n = self.intern(keys.KIND_NS, checkpoint_ns)
-        self._refuse_cycle(t, n, thread_id, checkpoint_id, parent_id)
+        key = keys.checkpoint_key(t, n, cid)
+        latest = self.latest_key(t, n)
+        self._refuse_cycle(t, n, thread_id, checkpoint_id, parent_id, latest)
         for blob in blobs:
             self.put_blob(t, n, blob.channel, blob.version, blob.value, before=cid)
         held = dict(inline or {})
@@ -1706,20 +1713,24 @@ class WriteTxn(ReadTxn):
                 praw = self.txn.get(pkey, db=self.dbs.checkpoints)
                 if praw is not None:
                     _, pversions, pinline = self._envelope(pkey, praw)
+            unsettled: dict[str, Version] = {}
             for channel in carry:
                 if channel in pversions and pversions[channel] == channel_versions[channel]:
                     # The parent settles it: its inline value, else a blob or empty.
                     typed = pinline.get(channel)
                 else:
                     typed = fallback(channel) if fallback is not None else None
+                    if typed is None and channel not in delta:
+                        unsettled[channel] = channel_versions[channel]
                 if typed is not None:
+                    held.setdefault(channel, typed)
+            if unsettled:
+                for channel, typed in self._held_elsewhere(t, n, unsettled).items():
                     held.setdefault(channel, typed)
         for channel in held:
             # Interned like any stored channel: a name without an id is one
             # that nothing in the store holds (the delta walk relies on it).
             self.intern(keys.KIND_CHANNEL, channel)
-        key = keys.checkpoint_key(t, n, cid)
-        latest = self.latest_key(t, n)
         if latest is not None and latest >= key:
             # Overwritten, or inserted below a newer checkpoint: it may be the
             # ancestor (or the missing parent) of a remembered history. (Only
@@ -1748,8 +1759,48 @@ class WriteTxn(ReadTxn):
         if run_id is not None:
             self.txn.put(keys.run_key(keys.encode_run(run_id), t, n, cid), b"", db=self.dbs.runs)
 
+    def _held_elsewhere(self, t: int, n: int, wanted: Mapping[str, Version]) -> dict[str, Typed]:
+        """Inline values of channels at versions, held by any record of (thread, ns).
+
+        For a put that keeps versions its parent does not have (it shares them
+        with another checkpoint: a fork, an edit that goes back) without
+        passing their values: the value of a version is the one stored when
+        it was new, wherever that checkpoint sits. A blob at the version means
+        no record holds it (one lookup); for the rest, the records are read
+        newest first, once for all of them, until each is found. Cost: at most
+        one envelope (cached) per checkpoint of the namespace, and only on this
+        rare path: the runtime passes every value it keeps, so only its empty
+        channels get here (a fork); delta channels are skipped.
+        """
+        todo: dict[str, Version] = {}
+        for channel, version in wanted.items():
+            channel_id = self.name_id(keys.KIND_CHANNEL, channel)
+            if channel_id is None:
+                continue  # nothing in the store holds the channel
+            bkey = keys.blob_key(t, n, channel_id, version)
+            if self.txn.get(bkey, db=self.dbs.blobs) is None:
+                todo[channel] = version
+        found: dict[str, Typed] = {}
+        if not todo:
+            return found
+        for key, raw in self.iter_checkpoint_keys(keys.ns_prefix(t, n), start=None, reverse=True):
+            _, versions, inline = self._envelope(key, raw)
+            for channel in [c for c, v in todo.items() if c in inline and versions.get(c) == v]:
+                ctype, payload = inline[channel]
+                found[channel] = (ctype, payload)
+                del todo[channel]
+            if not todo:
+                break
+        return found
+
     def _refuse_cycle(
-        self, t: int, n: int, thread_id: str, checkpoint_id: str, parent_id: str | None
+        self,
+        t: int,
+        n: int,
+        thread_id: str,
+        checkpoint_id: str,
+        parent_id: str | None,
+        latest: bytes | None,
     ) -> None:
         """Raise :class:`ParentCycleError` if storing ``checkpoint_id`` under ``parent_id``
         would close a parent cycle (R11); called before anything of the put is written.
@@ -1761,8 +1812,8 @@ class WriteTxn(ReadTxn):
 
         * a parent equal to the checkpoint is refused at once;
         * a put whose parent key is below its own key and whose id is new (every
-          put the runtime makes: uuid6 ids grow with time) is O(1): nothing is
-          walked;
+          put the runtime makes: uuid6 ids grow with time) walks at most
+          ``_QUICK_CYCLE_STEPS`` (4) ancestors, so the cost stays constant;
         * any other put (a parent key above its own, or an id that is stored
           already and is being re-written) walks the parent chain from the
           parent up to the root or a missing record, refusing when it reaches
@@ -1771,9 +1822,10 @@ class WriteTxn(ReadTxn):
           checkpoint of the namespace, on these rare puts only.
 
         Not refused here (no index of children exists to find it in bounded
-        time): a new id whose parent key is below its own, when an earlier put
-        already named that id as the parent of a smaller key while it did not
-        exist yet. ``verify`` reports such a cycle (``parent_cycle``) and every
+        time): a loop longer than that closed by such a put, through an earlier
+        put that named its id as the parent of a smaller key while the id did
+        not exist yet. (``latest`` is the namespace's greatest key before this
+        put: a key above it is new without a lookup.) ``verify`` reports such a cycle (``parent_cycle``) and every
         read that meets it raises :class:`CorruptRecordError`.
         """
         if parent_id is None:
@@ -1788,14 +1840,14 @@ class WriteTxn(ReadTxn):
         prefix = keys.ns_prefix(t, n)
         key = prefix + keys.encode_id(checkpoint_id)
         cursor: bytes | None = keys.encode_id(parent_id)
-        if (
-            prefix + keys.encode_id(parent_id) < key
-            and self.txn.get(key, db=self.dbs.checkpoints) is None
+        limit: int | None = None
+        if prefix + keys.encode_id(parent_id) < key and (
+            latest is None or latest < key or self.txn.get(key, db=self.dbs.checkpoints) is None
         ):
-            return
+            limit = _QUICK_CYCLE_STEPS
         chain = [checkpoint_id]
         seen: set[bytes] = set()
-        while cursor is not None:
+        while cursor is not None and (limit is None or len(seen) < limit):
             pkey = prefix + cursor
             if pkey == key:
                 loop = " -> ".join([*chain, checkpoint_id])

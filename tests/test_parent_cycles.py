@@ -107,6 +107,46 @@ def test_parent_put_after_its_child_cannot_close_a_loop(
     assert saver.verify().ok
 
 
+def put_ids(saver: DeltaLogSaver, cid: str, parent: str | None) -> None:
+    """Store an empty checkpoint with a hand-picked id under a hand-picked parent."""
+    checkpoint = empty_checkpoint()
+    checkpoint["id"] = cid
+    configurable: dict[str, Any] = {"thread_id": "t", "checkpoint_ns": ""}
+    if parent is not None:
+        configurable["checkpoint_id"] = parent
+    saver.put({"configurable": configurable}, checkpoint, {}, {})
+
+
+def test_two_puts_naming_each_other_are_refused(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """ "a" put under a "b" that does not exist yet, then "b" under "a" (an ordinary, upward put): refused."""
+    saver = make_saver()
+    put_ids(saver, "a", "b")
+    before = dump(saver)
+    with pytest.raises(ParentCycleError, match="b -> a -> b"):
+        put_ids(saver, "b", "a")
+    assert dump(saver) == before
+
+
+def test_long_loop_through_an_early_child_is_caught_on_read(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """The documented gap: a loop longer than the quick check, closed by an ordinary put, is stored, but verify reports it and reads raise instead of looping."""
+    saver = make_saver()
+    put_ids(saver, "a", "z")  # "z" does not exist yet
+    for parent, cid in zip("abcde", "bcdef", strict=True):
+        put_ids(saver, cid, parent)
+    put_ids(saver, "z", "f")  # z -> f -> e -> ... -> a -> z
+    problems = [p for p in saver.verify().problems if p.kind == "parent_cycle"]
+    assert len(problems) == 1 and "a -> z -> f -> e -> d -> c -> b -> a" in problems[0].detail
+    with pytest.raises(CorruptRecordError, match="thread 't'"):
+        saver.prune(["t"], dry_run=True)
+    saver.put_writes(at("t", "c"), [("x", 1)], "task")  # a channel the walk must follow
+    with pytest.raises(CorruptRecordError, match="thread 't'"):
+        saver.get_delta_channel_history(config=at("t", "c"), channels=["x"])
+
+
 # -- detected by verify, bounded on read -----------------------------------------------------------
 
 

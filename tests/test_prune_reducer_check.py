@@ -1,0 +1,132 @@
+"""A re-seeding prune checks the reducers it is given against the values the graph stored, and changes nothing when they disagree (R7, issue 15.7)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from deltalog.channels import append, delta
+from deltalog.engine import DeltaLogSaver
+from deltalog.engine.errors import ReducerMismatchError
+from deltalog.engine.store import _DBS
+from langchain_core.messages import BaseMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from typing_extensions import TypedDict
+
+from tests.graphs import cfg, chat_graph, human, observe
+
+REPO = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "deltalog.engine"]
+
+
+def dump(saver: DeltaLogSaver) -> dict[str, list[tuple[bytes, bytes]]]:
+    """Every key and value of every database of the store."""
+    return {db: list(saver.store.iter_db(db)) for db in _DBS}
+
+
+def wrong_graph() -> CompiledStateGraph[Any, Any, Any]:
+    """The chat graph's shape with `messages` declared delta(append) instead of the messages reducer."""
+
+    class Wrong(TypedDict):
+        messages: Annotated[list[BaseMessage], delta(append)]
+        turns: int
+
+    builder: StateGraph[Any] = StateGraph(Wrong)
+    builder.add_node("model", lambda state: {})
+    builder.add_edge(START, "model")
+    builder.add_edge("model", END)
+    return builder.compile()
+
+
+def chat_with_edits(saver: DeltaLogSaver, turns: int) -> CompiledStateGraph[Any, Any, Any]:
+    """Turns that re-send a message id (the messages reducer replaces it; append would not)."""
+    graph = chat_graph(3).compile(checkpointer=saver)
+    for turn in range(turns):
+        config = cfg("t")
+        config["metadata"] = {"run_id": f"run-{turn}"}  # as the server sets it
+        graph.invoke({"messages": [human(turn % 2)]}, config)
+    return graph
+
+
+@pytest.mark.parametrize("turns", [4, 5, 7])
+def test_prune_with_a_wrong_reducer_is_refused_and_changes_nothing(
+    turns: int, make_saver: Callable[..., DeltaLogSaver]
+) -> None:
+    """prune(reducers=graph with delta(append) for messages) raises naming the channel; every database is byte-for-byte unchanged; the right graph then prunes exactly."""
+    saver = make_saver()
+    graph = chat_with_edits(saver, turns)
+    state = observe(graph.get_state(cfg("t")))
+    before = dump(saver)
+    for reducers in (wrong_graph(), {"messages": append}):
+        with pytest.raises(ReducerMismatchError, match=r"channel 'messages'.*nothing was deleted"):
+            saver.prune(["t"], reducers=reducers)
+        assert dump(saver) == before
+    assert observe(graph.get_state(cfg("t"))) == state
+    report = saver.prune(["t"], reducers=graph)
+    assert report.seeds == 1 and report.checkpoints > 0
+    assert observe(graph.get_state(cfg("t")))["values"] == state["values"]
+    assert saver.verify().ok
+
+
+def test_delete_for_runs_with_a_wrong_reducer_is_refused(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """delete_for_runs re-seeds the same way, so it is checked the same way."""
+    saver = make_saver()
+    graph = chat_with_edits(saver, 7)
+    runs = [f"run-{turn}" for turn in range(7)]
+    state = observe(graph.get_state(cfg("t")))
+    before = dump(saver)
+    with pytest.raises(ReducerMismatchError, match="channel 'messages'"):
+        saver.delete_for_runs(runs[4:5], reducers=wrong_graph())
+    assert dump(saver) == before
+    assert observe(graph.get_state(cfg("t"))) == state
+    assert saver.delete_for_runs(runs[4:5], reducers=graph).seeds >= 1
+    assert observe(graph.get_state(cfg("t")))["values"] == state["values"]
+
+
+def test_cli_prune_with_a_wrong_graph_exits_1_and_changes_nothing(tmp_path: Path) -> None:
+    """`deltalog prune --graph` with the wrong reducer: exit 1, one-line Error, store unchanged."""
+    path = tmp_path / "store"
+    with DeltaLogSaver.from_path(path) as saver:
+        chat_with_edits(saver, 4)
+        before = dump(saver)
+    module = tmp_path / "wrong.py"
+    module.write_text(
+        textwrap.dedent(
+            """
+            from typing import Annotated
+            from typing_extensions import TypedDict
+            from langgraph.graph import END, START, StateGraph
+            from deltalog.channels import append, delta
+
+            class Wrong(TypedDict):
+                messages: Annotated[list, delta(append)]
+                turns: int
+
+            builder = StateGraph(Wrong)
+            builder.add_node("model", lambda state: {})
+            builder.add_edge(START, "model")
+            builder.add_edge("model", END)
+            graph = builder.compile()
+            """
+        )
+    )
+    done = subprocess.run(
+        [*CLI, "prune", str(path), "t", "--keep-latest", "--graph", f"{module}:graph"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:") and "'messages'" in lines[0], lines
+    with DeltaLogSaver.from_path(path) as saver:
+        assert dump(saver) == before
