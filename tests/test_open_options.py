@@ -88,4 +88,3 @@ def test_non_utf8_folder_name_works(tmp_path: Path) -> None:
         with DeltaLogSaver(Store(folder, readonly=True)) as reader:
             got = reader.get_tuple(config)
             assert got is not None and got.checkpoint["channel_values"]["v"] == [1, 2, 3]
-
