@@ -99,6 +99,7 @@ def test_killed_copy_never_opens_as_a_store(source: Path, tmp_path: Path, mode: 
             outcomes["refused"] += 1
         assert _files(dest) == before
         assert "lock.mdb" not in before
+    print(mode, outcomes)
     assert sum(outcomes.values()) == 6
     assert outcomes["refused"], outcomes  # the kills did land mid-copy
 
