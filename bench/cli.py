@@ -92,6 +92,7 @@ def _parse_threads(
 
 @click.command(
     name="bench",
+    short_help="Measure storage and latency against other LangGraph savers.",
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog=(
         "Examples:\n\n"

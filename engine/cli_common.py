@@ -23,16 +23,10 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from deltalog.engine.errors import DeltaLogError
-from deltalog.engine.saver import DeltaLogSaver
-from deltalog.engine.store import Store
-from langchain_core.messages import BaseMessage
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.serde.types import _DeltaSnapshot
-from langgraph.pregel import Pregel
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -43,6 +37,14 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from ulid import ULID
+
+if TYPE_CHECKING:
+    # Imported where used: `deltalog --help`, `threads` and `stats` never load
+    # LangGraph or LangChain (issue 19, fast start).
+    from deltalog.engine.saver import DeltaLogSaver
+    from deltalog.engine.store import Store
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.pregel import Pregel
 
 __all__ = [
     "CONTEXT_SETTINGS",
@@ -60,6 +62,7 @@ __all__ = [
     "ns_option",
     "one_line",
     "open_saver",
+    "open_store",
     "parse_age",
     "progress_bar",
     "store_path",
@@ -273,6 +276,9 @@ def config_for(
 @contextlib.contextmanager
 def open_saver(path: Path | str, *, readonly: bool = False) -> Iterator[DeltaLogSaver]:
     """Open the store at ``path`` (read-only for inspection) and close it afterwards."""
+    from deltalog.engine.saver import DeltaLogSaver
+    from deltalog.engine.store import Store
+
     saver: DeltaLogSaver | None = None
     if readonly:
         try:
@@ -287,6 +293,28 @@ def open_saver(path: Path | str, *, readonly: bool = False) -> Iterator[DeltaLog
         yield saver
     finally:
         saver.close()
+
+
+@contextlib.contextmanager
+def open_store(path: Path | str) -> Iterator[Store]:
+    """Open the store at ``path`` read-only, without the saver (so without LangGraph).
+
+    For the commands that read keys and record sizes only (``threads``,
+    ``stats``, ``readers``). When a read-only open fails it falls back to
+    :func:`open_saver`, whose rules then apply.
+    """
+    from deltalog.engine.store import Store
+
+    try:
+        store = Store(path, readonly=True)
+    except DeltaLogError:
+        with open_saver(path, readonly=True) as saver:
+            yield saver.store
+        return
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 def load_graph(spec: str) -> Pregel[Any, Any, Any, Any]:
@@ -330,6 +358,7 @@ def load_graph(spec: str) -> Pregel[Any, Any, Any, Any]:
 
 def _as_graph(obj: Any, spec: str) -> Pregel[Any, Any, Any, Any]:
     from langgraph.graph import StateGraph
+    from langgraph.pregel import Pregel
 
     if isinstance(obj, Pregel):
         return obj
@@ -360,7 +389,7 @@ def to_jsonable(value: Any) -> Any:
     """
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    if isinstance(value, BaseMessage):
+    if _is_instance(value, "langchain_core.messages", "BaseMessage"):
         out: dict[str, Any] = {"role": value.type, "id": value.id, "content": value.content}
         if value.name:
             out["name"] = value.name
@@ -369,7 +398,7 @@ def to_jsonable(value: Any) -> Any:
             if extra:
                 out[key] = to_jsonable(extra)
         return out
-    if isinstance(value, _DeltaSnapshot):
+    if _is_instance(value, "langgraph.checkpoint.serde.types", "_DeltaSnapshot"):
         return to_jsonable(value.value)
     if isinstance(value, Mapping):
         return {str(k): to_jsonable(v) for k, v in value.items()}
@@ -388,6 +417,17 @@ def to_jsonable(value: Any) -> Any:
         with contextlib.suppress(Exception):
             return to_jsonable(dump(mode="json"))
     return repr(value)
+
+
+def _is_instance(value: Any, module: str, name: str) -> bool:
+    """``isinstance(value, module.name)`` without importing ``module``.
+
+    No object of a class exists before its module is imported, so a module
+    absent from ``sys.modules`` answers False at no cost.
+    """
+    loaded = sys.modules.get(module)
+    cls = getattr(loaded, name, None) if loaded is not None else None
+    return isinstance(cls, type) and isinstance(value, cls)
 
 
 def dump_json(value: Any) -> str:

@@ -7,7 +7,7 @@ is writing to is safe; each reads one consistent snapshot per call.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from deltalog.engine.cli_common import (
@@ -21,24 +21,19 @@ from deltalog.engine.cli_common import (
     load_graph,
     ns_option,
     open_saver,
+    open_store,
     store_path,
     to_jsonable,
 )
-from deltalog.engine.cli_state import (
-    ChannelDiff,
-    HistoryEntry,
-    StateView,
-    collect_history,
-    diff_states,
-    reconstruct_state,
-    relation,
-    resolve_checkpoint,
-)
-from deltalog.engine.saver import DeltaLogSaver
-from langchain_core.messages import BaseMessage
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    # cli_state needs LangGraph: imported by the commands that rebuild state,
+    # so `threads` and `stats` (and --help) start without it (issue 19).
+    from deltalog.engine.cli_state import ChannelDiff, HistoryEntry, StateView
+    from deltalog.engine.saver import DeltaLogSaver
 
 __all__ = ["diff_cmd", "history_cmd", "show_cmd", "stats_cmd", "threads_cmd"]
 
@@ -88,8 +83,8 @@ def threads_cmd(path: Path, sort_key: str, reverse: bool, limit: int | None, as_
     from the newest root checkpoint's id (LangGraph's ids carry their time).
     """
     out = Output(as_json)
-    with open_saver(path, readonly=True) as saver:
-        summaries = saver.threads()
+    with open_store(path) as store, store.read() as txn:
+        summaries = txn.thread_summaries()
     rows: list[dict[str, Any]] = []
     for s in summaries:
         when = id_time(s.newest_id)
@@ -184,6 +179,8 @@ def history_cmd(
     checkpoint it forked from and the branch leading to the latest
     checkpoint continues unindented.
     """
+    from deltalog.engine.cli_state import collect_history
+
     out = Output(as_json)
     graph = load_graph(graph_spec) if graph_spec else None
     with open_saver(path, readonly=True) as saver:
@@ -255,6 +252,8 @@ def _print_history(
 
 def print_messages(out: Output, messages: list[Any], *, indent: str = "  ") -> None:
     """Messages by role: ``human  h-1  text`` with tool calls under the text."""
+    from langchain_core.messages import BaseMessage
+
     for m in messages:
         if not isinstance(m, BaseMessage):
             out.console.print(indent + escape(repr(m)))
@@ -275,6 +274,8 @@ def print_messages(out: Output, messages: list[Any], *, indent: str = "  ") -> N
 
 
 def _is_message_list(value: Any) -> bool:
+    from langchain_core.messages import BaseMessage
+
     return (
         isinstance(value, list) and bool(value) and all(isinstance(v, BaseMessage) for v in value)
     )
@@ -339,6 +340,8 @@ def show_cmd(
     and the number of writes to replay. --graph uses your graph's reducers
     and gives exactly what graph.get_state(config).values shows.
     """
+    from deltalog.engine.cli_state import reconstruct_state, resolve_checkpoint
+
     out = Output(as_json)
     graph = load_graph(graph_spec) if graph_spec else None
     with open_saver(path, readonly=True) as saver:
@@ -419,6 +422,13 @@ def diff_cmd(
     by id), list items appended or dropped, dict keys changed, or the old and
     new value. Also says whether B descends from A or forks from it.
     """
+    from deltalog.engine.cli_state import (
+        diff_states,
+        reconstruct_state,
+        relation,
+        resolve_checkpoint,
+    )
+
     out = Output(as_json)
     graph = load_graph(graph_spec) if graph_spec else None
     with open_saver(path, readonly=True) as saver:
@@ -456,6 +466,8 @@ def diff_cmd(
 
 
 def _print_diff(out: Output, d: ChannelDiff) -> None:
+    from langchain_core.messages import BaseMessage
+
     name = f"[bold]{escape(d.channel)}[/bold]"
     if d.kind == "added":
         out.console.print(f"{name}: [green]added[/green] {escape(_short(d.new))}")
@@ -528,11 +540,12 @@ def stats_cmd(path: Path, top: int, as_json: bool) -> None:
     use, and the LMDB map size (it grows automatically). Bars compare bytes.
     """
     out = Output(as_json)
-    with open_saver(path, readonly=True) as saver:
-        threads = saver.threads()
-        channels = saver.channel_stats()
-        store = saver.store.stats()
-        file_bytes = saver.store.file_bytes()
+    with open_store(path) as opened:
+        with opened.read() as txn:
+            threads = txn.thread_summaries()
+            channels = txn.channel_sizes()
+        store = opened.stats()
+        file_bytes = opened.file_bytes()
     channel_rows: list[dict[str, Any]] = []
     for name, c in sorted(
         channels.items(), key=lambda kv: -(kv[1]["blob_bytes"] + kv[1]["write_bytes"])
