@@ -22,6 +22,7 @@ from deltalog.engine.cli_common import (
     ns_option,
     open_saver,
     open_store,
+    progress_bar,
     store_path,
     to_jsonable,
 )
@@ -155,7 +156,12 @@ def _namespaces(saver: DeltaLogSaver, thread_id: str) -> list[str]:
 @store_path()
 @click.argument("thread_id", metavar="THREAD")
 @ns_option
-@click.option("--limit", type=click.IntRange(min=1), help="Only the newest N checkpoints.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Only the newest N checkpoints (0 = all). Tables default to 100, --json to all.",
+)
 @click.option(
     "--hidden", is_flag=True, help="Include checkpoints a prune kept only for a delta chain."
 )
@@ -177,16 +183,28 @@ def history_cmd(
     seed was written here; otherwise the number of updates a read replays)
     and its parent. Oldest first; a fork's side branch is indented under the
     checkpoint it forked from and the branch leading to the latest
-    checkpoint continues unindented.
+    checkpoint continues unindented. Read from metadata and write keys only
+    (no state is decoded), so long threads list in about a second.
     """
-    from deltalog.engine.cli_state import collect_history
+    from deltalog.engine.cli_state import collect_history, count_checkpoints
 
     out = Output(as_json)
     graph = load_graph(graph_spec) if graph_spec else None
+    if limit is None and not as_json:
+        limit = 100
     with open_saver(path, readonly=True) as saver:
-        entries = collect_history(
-            saver, thread_id, checkpoint_ns, include_hidden=hidden, limit=limit, graph=graph
-        )
+        total = count_checkpoints(saver, thread_id, checkpoint_ns)
+        with progress_bar(out, transient=True) as bar:
+            task = bar.add_task("reading checkpoints", total=min(total, limit or total))
+            entries = collect_history(
+                saver,
+                thread_id,
+                checkpoint_ns,
+                include_hidden=hidden,
+                limit=limit or None,
+                graph=graph,
+                on_entry=lambda: bar.advance(task),
+            )
         namespaces = _namespaces(saver, thread_id)
     if not entries:
         raise click.ClickException(
@@ -204,6 +222,9 @@ def history_cmd(
         )
         return
     _print_history(out, thread_id, checkpoint_ns, entries, namespaces)
+    shown = sum(not e.hidden for e in entries)
+    if limit and shown >= limit and total > shown:
+        out.console.print(f"… the newest {shown:,} of {total:,} shown; --limit 0 shows all")
 
 
 def _print_history(
