@@ -20,7 +20,7 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from deltalog.engine.errors import DeltaLogError
 from rich.console import Console
+from rich.measure import Measurement
+from rich.padding import Padding
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -36,6 +38,8 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Table
+from rich.text import Text
 from ulid import ULID
 
 if TYPE_CHECKING:
@@ -58,6 +62,7 @@ __all__ = [
     "human_bytes",
     "id_time",
     "json_option",
+    "jsonl_option",
     "load_graph",
     "ns_option",
     "one_line",
@@ -124,6 +129,16 @@ def store_path(
         required=default is None,
         default=default,
     )
+
+
+def jsonl_option(f: F) -> F:
+    """``--jsonl``: JSON Lines on stdout, one object per row (for piping)."""
+    return click.option(
+        "--jsonl",
+        "as_jsonl",
+        is_flag=True,
+        help="Print JSON Lines on stdout: one JSON object per row (for jq, sqlite-utils).",
+    )(f)
 
 
 def json_option(f: F) -> F:
@@ -435,17 +450,53 @@ def dump_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=to_jsonable)
 
 
+#: Width of stdout when it is not a terminal and COLUMNS is unset: tables and
+#: lines keep their natural width in pipes and files (ids never wrap).
+PIPE_WIDTH = 4096
+
+
 class Output:
     """stdout (tables or JSON) and stderr (progress, warnings) of one command."""
 
     def __init__(self, as_json: bool = False) -> None:
         self.as_json = as_json
         self.console = Console(highlight=False, soft_wrap=False)
+        if not self.console.is_terminal and not os.environ.get("COLUMNS"):
+            self.console.width = PIPE_WIDTH
         self.err = Console(stderr=True, highlight=False)
 
     def json(self, value: Any) -> None:
         """Print one JSON document on stdout."""
         click.echo(dump_json(value))
+
+    def jsonl(self, rows: Iterable[Any]) -> None:
+        """Print JSON Lines on stdout: one compact JSON object per row."""
+        for row in rows:
+            click.echo(json.dumps(row, ensure_ascii=False, default=to_jsonable))
+
+    def table(self, table: Table) -> None:
+        """Print a table; one whose unwrappable cells (ids) cannot fit becomes a listing.
+
+        A row's first cell (an id) then stands alone on its line, never wrapped
+        or cut; the other cells follow as ``header: value`` pairs.
+        """
+        wide = self.console.options.update_width(PIPE_WIDTH)
+        if (
+            not any(c.no_wrap for c in table.columns)
+            or Measurement.get(self.console, wide, table).minimum <= self.console.width
+        ):
+            self.console.print(table)
+            return
+        if table.title:
+            self.console.print(table.title)
+        columns = table.columns
+        for i in range(table.row_count):
+            cells = [str(c._cells[i]) if i < len(c._cells) else "" for c in columns]
+            self.console.print(Text(cells[0], style="bold"), overflow="ignore", crop=False)
+            pairs = [
+                f"{c.header}: {v}" for c, v in zip(columns[1:], cells[1:], strict=True) if c.header
+            ]
+            self.console.print(Padding(Text("  ".join(pairs)), (0, 0, 0, 4)))
 
     def warn(self, message: str) -> None:
         """One warning line on stderr."""

@@ -6,6 +6,7 @@ is writing to is safe; each reads one consistent snapshot per call.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from deltalog.engine.cli_common import (
     human_bytes,
     id_time,
     json_option,
+    jsonl_option,
     load_graph,
     ns_option,
     open_saver,
@@ -76,7 +78,10 @@ def _epilog(*examples: str) -> str:
     help="Show at most this many threads (0 = all). Tables default to 100.",
 )
 @json_option
-def threads_cmd(path: Path, sort_key: str, reverse: bool, limit: int | None, as_json: bool) -> None:
+@jsonl_option
+def threads_cmd(
+    path: Path, sort_key: str, reverse: bool, limit: int | None, as_json: bool, as_jsonl: bool
+) -> None:
     """List threads: checkpoints, namespaces, last update, writes and bytes.
 
     Read from keys and record sizes only (nothing is decoded), so it stays
@@ -105,18 +110,21 @@ def threads_cmd(path: Path, sort_key: str, reverse: bool, limit: int | None, as_
     descending = sort_key != "thread"
     rows.sort(key=lambda r: (r[field] is not None, r[field] or 0), reverse=descending != reverse)
     total = len(rows)
-    if limit is None and not as_json:
+    if limit is None and not (as_json or as_jsonl):
         limit = 100
     if limit:
         rows = rows[:limit]
+    if as_jsonl:
+        out.jsonl(rows)
+        return
     if as_json:
         out.json(rows)
         return
     table = Table(title=f"{total} threads in {path}", title_justify="left")
-    table.add_column("thread_id", overflow="fold")
+    table.add_column("thread_id", no_wrap=True)
     table.add_column("checkpoints", justify="right")
     table.add_column("namespaces", justify="right")
-    table.add_column("last update")
+    table.add_column("last update (UTC)", no_wrap=True)
     table.add_column("writes", justify="right")
     table.add_column("bytes", justify="right")
     for r in rows:
@@ -128,7 +136,7 @@ def threads_cmd(path: Path, sort_key: str, reverse: bool, limit: int | None, as_
             f"{r['writes']:,}",
             human_bytes(r["bytes"]),
         )
-    out.console.print(table)
+    out.table(table)
     if total > len(rows):
         out.console.print(f"… {total - len(rows)} more; --limit 0 shows all")
 
@@ -167,6 +175,7 @@ def _namespaces(saver: DeltaLogSaver, thread_id: str) -> list[str]:
 )
 @graph_option
 @json_option
+@jsonl_option
 def history_cmd(
     path: Path,
     thread_id: str,
@@ -175,6 +184,7 @@ def history_cmd(
     hidden: bool,
     graph_spec: str | None,
     as_json: bool,
+    as_jsonl: bool,
 ) -> None:
     """Show a thread's checkpoint chain, forks as a tree.
 
@@ -190,7 +200,7 @@ def history_cmd(
 
     out = Output(as_json)
     graph = load_graph(graph_spec) if graph_spec else None
-    if limit is None and not as_json:
+    if limit is None and not (as_json or as_jsonl):
         limit = 100
     with open_saver(path, readonly=True) as saver:
         total = count_checkpoints(saver, thread_id, checkpoint_ns)
@@ -211,6 +221,11 @@ def history_cmd(
             f"thread {thread_id!r} has no checkpoints in namespace {checkpoint_ns!r}"
             + (f" (its namespaces: {namespaces})" if namespaces else "")
         )
+    if as_jsonl:
+        out.jsonl(
+            {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, **e.to_dict()} for e in entries
+        )
+        return
     if as_json:
         out.json(
             {
@@ -225,6 +240,23 @@ def history_cmd(
     shown = sum(not e.hidden for e in entries)
     if limit and shown >= limit and total > shown:
         out.console.print(f"… the newest {shown:,} of {total:,} shown; --limit 0 shows all")
+
+
+def utc_label(ts: Any) -> str:
+    """An ISO-8601 timestamp as ``2026-05-01 12:00:00.123 UTC`` (LangGraph's ``ts`` is UTC).
+
+    >>> utc_label("2026-05-01T12:00:00.123456+00:00"), utc_label(None)
+    ('2026-05-01 12:00:00.123 UTC', '')
+    """
+    if not isinstance(ts, str) or not ts:
+        return ""
+    try:
+        when = datetime.fromisoformat(ts)
+    except ValueError:
+        return ts
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc)
+    return when.strftime("%Y-%m-%d %H:%M:%S.") + f"{when.microsecond // 1000:03d} UTC"
 
 
 def _print_history(
@@ -251,7 +283,7 @@ def _print_history(
             line.append(f"  ({m})", style="bold yellow" if m == "latest" else "dim")
         if e.next:
             line.append(f"  → {', '.join(e.next)}", style="cyan")
-        out.console.print(line)
+        out.console.print(line, no_wrap=True, crop=False)
         details = []
         if e.writes:
             details.append("writes " + " ".join(f"{c}×{n}" for c, n in e.writes.items()))
@@ -261,7 +293,9 @@ def _print_history(
         if e.parent_id != previous:
             details.append("parent " + (e.parent_id or "-"))
         if details:
-            out.console.print(Text(rail + "    " + "   ".join(details), style="dim"))
+            out.console.print(
+                Text(rail + "    " + "   ".join(details), style="dim"), no_wrap=True, crop=False
+            )
         previous = e.checkpoint_id
     others = [n for n in namespaces if n != checkpoint_ns]
     if others:
@@ -329,6 +363,7 @@ def _state_json(view: StateView, thread_id: str) -> dict[str, Any]:
     epilog=_epilog(
         "deltalog show chat.lmdb thread-1",
         "deltalog show chat.lmdb thread-1 --checkpoint 1f0e3c2a-…",
+        "deltalog show chat.lmdb thread-1 --tail 4",
         "deltalog show chat.lmdb thread-1 --graph myapp.agent:graph --json",
     ),
 )
@@ -342,6 +377,15 @@ def _state_json(view: StateView, thread_id: str) -> dict[str, Any]:
 )
 @ns_option
 @click.option("--channel", "channels", multiple=True, help="Only this channel (repeatable).")
+@click.option(
+    "--tail", type=click.IntRange(min=0), metavar="N", help="Only the last N messages of a channel."
+)
+@click.option(
+    "--head",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Only the first N messages of a channel.",
+)
 @graph_option
 @json_option
 def show_cmd(
@@ -350,6 +394,8 @@ def show_cmd(
     checkpoint_ref: str | None,
     checkpoint_ns: str,
     channels: tuple[str, ...],
+    tail: int | None,
+    head: int | None,
     graph_spec: str | None,
     as_json: bool,
 ) -> None:
@@ -359,10 +405,14 @@ def show_cmd(
     Without --graph, channels holding messages use the messages reducer
     (add_messages semantics); others are shown as "unresolved" with their seed
     and the number of writes to replay. --graph uses your graph's reducers
-    and gives exactly what graph.get_state(config).values shows.
+    and gives exactly what graph.get_state(config).values shows. Messages
+    written as ("user", "hi") pairs, role/content dicts or strings count as
+    messages. --tail/--head keep the last/first N messages of each channel.
     """
     from deltalog.engine.cli_state import reconstruct_state, resolve_checkpoint
 
+    if tail is not None and head is not None:
+        raise click.UsageError("pass --tail N or --head N, not both")
     out = Output(as_json)
     graph = load_graph(graph_spec) if graph_spec else None
     with open_saver(path, readonly=True) as saver:
@@ -371,19 +421,35 @@ def show_cmd(
     if channels:
         view.values = {c: v for c, v in view.values.items() if c in channels}
         view.unresolved = {c: v for c, v in view.unresolved.items() if c in channels}
+    totals = {c: len(v) for c, v in view.values.items() if _is_message_list(v)}
+    if tail is not None or head is not None:
+        for c in totals:
+            msgs = view.values[c]
+            view.values[c] = msgs[:head] if head is not None else msgs[len(msgs) - (tail or 0) :]
     if as_json:
-        out.json(_state_json(view, thread_id))
+        doc = _state_json(view, thread_id)
+        if tail is not None or head is not None:
+            doc["message_counts"] = totals
+        out.json(doc)
         return
     meta = view.tuple.metadata or {}
     out.console.print(
-        f"[bold]{escape(thread_id)}[/bold] @ {view.checkpoint_id}  step {meta.get('step')}  "
-        f"{meta.get('source', '')}  {view.tuple.checkpoint.get('ts', '')}"
+        Text.assemble(
+            (thread_id, "bold"),
+            f" @ {view.checkpoint_id}  step {meta.get('step')}  {meta.get('source', '')}  ",
+            utc_label(view.tuple.checkpoint.get("ts")),
+        ),
+        no_wrap=True,
+        crop=False,
     )
     for channel, value in view.values.items():
         how = view.reducers.get(channel)
         label = f"[bold]{escape(channel)}[/bold]" + (f" [dim](delta, {how})[/dim]" if how else "")
-        if _is_message_list(value):
-            out.console.print(f"{label}: {len(value)} messages")
+        if channel in totals:
+            total, shown = totals[channel], len(value)
+            which = "first" if head is not None else "last"
+            part = f" ({which} {shown} shown)" if shown < total else ""
+            out.console.print(f"{label}: {total} messages{part}")
             print_messages(out, value)
         else:
             out.console.print(f"{label}: {escape(repr(value))}")
@@ -397,8 +463,18 @@ def show_cmd(
 # -- diff ------------------------------------------------------------------------------------------
 
 
+_UNRESOLVED_HINT = (
+    "its reducer is unknown without your graph; pass --graph MODULE:ATTR "
+    "(e.g. myapp.agent:graph) to compare it"
+)
+
+
 def _diff_json(d: ChannelDiff) -> dict[str, Any]:
     out: dict[str, Any] = {"channel": d.channel, "kind": d.kind}
+    if d.kind == "unresolved":
+        out["sides"] = d.sides
+        out["hint"] = _UNRESOLVED_HINT
+        return out
     if d.added is not None or d.removed is not None:
         out["removed"] = to_jsonable(d.removed or [])
         out["added"] = to_jsonable(d.added or [])
@@ -441,7 +517,9 @@ def diff_cmd(
     A and B are checkpoint ids, unique prefixes of them, or "latest". For
     each channel that differs: messages added, removed or updated (matched
     by id), list items appended or dropped, dict keys changed, or the old and
-    new value. Also says whether B descends from A or forks from it.
+    new value. Also says whether B descends from A or forks from it. A
+    delta channel whose reducer is unknown (not messages; no --graph) is
+    reported as not compared, never as added or removed.
     """
     from deltalog.engine.cli_state import (
         diff_states,
@@ -458,7 +536,11 @@ def diff_cmd(
         va = reconstruct_state(saver, config_for(thread_id, checkpoint_ns, ida), graph)
         vb = reconstruct_state(saver, config_for(thread_id, checkpoint_ns, idb), graph)
         rel = relation(saver, thread_id, checkpoint_ns, ida, idb)
-    diffs = diff_states(va.values, vb.values)
+    unresolved: dict[str, list[str]] = {}
+    for side, view in (("A", va), ("B", vb)):
+        for channel in view.unresolved:
+            unresolved.setdefault(channel, []).append(side)
+    diffs = diff_states(va.values, vb.values, unresolved)
     step_a, step_b = (va.tuple.metadata or {}).get("step"), (vb.tuple.metadata or {}).get("step")
     if as_json:
         out.json(
@@ -490,6 +572,14 @@ def _print_diff(out: Output, d: ChannelDiff) -> None:
     from langchain_core.messages import BaseMessage
 
     name = f"[bold]{escape(d.channel)}[/bold]"
+    if d.kind == "unresolved":
+        where = " and ".join(d.sides or [])
+        out.console.print(
+            f"{name}: [yellow]not compared[/yellow] — a delta channel not rebuilt at {where}; "
+            f"{_UNRESOLVED_HINT}",
+            soft_wrap=True,
+        )
+        return
     if d.kind == "added":
         out.console.print(f"{name}: [green]added[/green] {escape(_short(d.new))}")
         return
@@ -642,7 +732,14 @@ def stats_cmd(path: Path, top: int, as_json: bool) -> None:
         ("ratio", "right"),
         ("", "left"),
     ):
-        ctable.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        ctable.add_column(
+            col,
+            justify=justify,  # type: ignore[arg-type]
+            no_wrap=col == "channel",
+            overflow="crop" if not col else "fold",
+        )
+    # Bars shrink on narrow screens, so the names and numbers keep their width.
+    bar_width = 24 if out.console.width >= 110 else 8
     ctop = max((r["stored_bytes"] for r in channel_rows), default=0)
     for r in channel_rows:
         ctable.add_row(
@@ -653,9 +750,9 @@ def stats_cmd(path: Path, top: int, as_json: bool) -> None:
             human_bytes(r["stored_bytes"]),
             human_bytes(r["raw_bytes"]),
             f"{r['compression_ratio']:.2f}×" if r["compression_ratio"] else "-",
-            _bar(r["stored_bytes"], ctop),
+            _bar(r["stored_bytes"], ctop, bar_width),
         )
-    out.console.print(ctable)
+    out.table(ctable)
     ttable = Table(title=f"top {min(top, len(thread_rows))} threads by bytes", title_justify="left")
     for col, justify in (
         ("thread_id", "left"),
@@ -664,7 +761,12 @@ def stats_cmd(path: Path, top: int, as_json: bool) -> None:
         ("bytes", "right"),
         ("", "left"),
     ):
-        ttable.add_column(col, justify=justify)  # type: ignore[arg-type]
+        ttable.add_column(
+            col,
+            justify=justify,  # type: ignore[arg-type]
+            no_wrap=col == "thread_id",
+            overflow="crop" if not col else "fold",
+        )
     ttop = max((int(r["bytes"]) for r in thread_rows), default=0)
     for r in thread_rows[:top]:
         ttable.add_row(
@@ -672,6 +774,6 @@ def stats_cmd(path: Path, top: int, as_json: bool) -> None:
             f"{r['checkpoints']:,}",
             f"{r['writes']:,}",
             human_bytes(int(r["bytes"])),
-            _bar(int(r["bytes"]), ttop),
+            _bar(int(r["bytes"]), ttop, bar_width),
         )
-    out.console.print(ttable)
+    out.table(ttable)

@@ -365,34 +365,56 @@ def _tree_order(entries: dict[str, HistoryEntry]) -> list[HistoryEntry]:
 # -- state -----------------------------------------------------------------------------------
 
 
-def _is_message_like(value: Any) -> bool:
-    if isinstance(value, BaseMessage):
-        return True
+# Roles of a ``(role, content)`` pair, as LangChain's ``convert_to_messages``
+# (and deltalog.channels.messages) read them.
+_ROLES = frozenset({"human", "user", "ai", "assistant", "system", "developer", "function", "tool"})
+
+
+def _is_role_pair(value: Any) -> bool:
+    """``("user", "hi")``, stored by the serializer as ``["user", "hi"]``."""
     return (
-        isinstance(value, Mapping) and "content" in value and ("role" in value or "type" in value)
+        isinstance(value, (list, tuple))
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and value[0] in _ROLES
+        and isinstance(value[1], (str, list))
     )
 
 
+def _is_message_like(value: Any) -> bool:
+    """A message, a message dict (``role``/``type`` and ``content``) or a role pair.
+
+    Plain strings are messages too for ``add_messages``, but a list of strings
+    is just as likely another channel: they count only next to these.
+    """
+    if isinstance(value, BaseMessage):
+        return True
+    if isinstance(value, Mapping):
+        return "content" in value and ("role" in value or "type" in value)
+    return _is_role_pair(value)
+
+
 def _message_items(value: Any) -> list[Any] | None:
-    """The items of a write or seed if it is messages, else None."""
+    """The items of a write or seed if it is message-likes (or strings), else None."""
     if isinstance(value, _DeltaSnapshot):
         value = value.value
-    items = list(value) if isinstance(value, (list, tuple)) else [value]
-    return items if all(_is_message_like(i) for i in items) else None
+    if _is_role_pair(value):
+        items = [value]
+    else:
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+    return items if all(isinstance(i, str) or _is_message_like(i) for i in items) else None
 
 
 def _is_message_history(history: DeltaChannelHistory) -> bool:
+    """Every seed item and write is message-like, and at least one is more than a string."""
     found = False
-    if "seed" in history:
-        items = _message_items(history["seed"])
-        if items is None:
-            return False
-        found = bool(items)
-    for _, _, value in history["writes"]:
+    values = [history["seed"]] if "seed" in history else []
+    values += [value for _, _, value in history["writes"]]
+    for value in values:
         items = _message_items(value)
         if items is None:
             return False
-        found = found or bool(items)
+        found = found or any(not isinstance(i, str) for i in items)
     return found
 
 
@@ -556,13 +578,16 @@ class ChannelDiff:
 
     Attributes:
         channel: Channel name.
-        kind: ``added`` (only in B), ``removed`` (only in A) or ``changed``.
+        kind: ``added`` (only in B), ``removed`` (only in A), ``changed``, or
+            ``unresolved`` (a delta channel rebuilt on neither side or one: its
+            reducer is unknown without ``--graph``, so nothing is compared).
         old: A's value (None when added).
         new: B's value (None when removed).
         removed: For lists: items of A not in B (messages matched by id).
         added: For lists: items of B not in A.
         updated: For message lists: messages of B whose id is in A with other content.
         keys: For dicts: ``{"added": [...], "removed": [...], "changed": [...]}``.
+        sides: For ``unresolved``: the sides (``"A"``, ``"B"``) it is unresolved on.
     """
 
     channel: str
@@ -573,6 +598,7 @@ class ChannelDiff:
     added: list[Any] | None = None
     updated: list[Any] | None = None
     keys: dict[str, list[str]] | None = None
+    sides: list[str] | None = None
 
 
 def _message_ids(values: Sequence[Any]) -> list[str] | None:
@@ -596,15 +622,35 @@ def _list_diff(d: ChannelDiff, old: Sequence[Any], new: Sequence[Any]) -> None:
     d.removed, d.added = list(old[prefix:]), list(new[prefix:])
 
 
-def diff_states(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[ChannelDiff]:
+def diff_states(
+    old: Mapping[str, Any],
+    new: Mapping[str, Any],
+    unresolved: Mapping[str, list[str]] | None = None,
+) -> list[ChannelDiff]:
     """Per channel, what changed from ``old`` to ``new`` (unchanged channels are left out).
+
+    ``unresolved`` maps channels rebuilt on neither side or only one to those
+    sides: they are reported as ``unresolved``, never as added or removed.
 
     >>> [(d.channel, d.kind, d.added) for d in diff_states({"a": [1, 2]}, {"a": [1, 2, 3], "b": 0})]
     [('a', 'changed', [3]), ('b', 'added', None)]
+    >>> [(d.channel, d.kind, d.sides) for d in diff_states({}, {"m": [1]}, {"m": ["A"]})]
+    [('m', 'unresolved', ['A'])]
     """
     out: list[ChannelDiff] = []
-    for channel in sorted(set(old) | set(new)):
-        if channel not in new:
+    unresolved = unresolved or {}
+    for channel in sorted(set(old) | set(new) | set(unresolved)):
+        if channel in unresolved:
+            out.append(
+                ChannelDiff(
+                    channel,
+                    "unresolved",
+                    old=old.get(channel),
+                    new=new.get(channel),
+                    sides=list(unresolved[channel]),
+                )
+            )
+        elif channel not in new:
             out.append(ChannelDiff(channel, "removed", old=old[channel]))
         elif channel not in old:
             out.append(ChannelDiff(channel, "added", new=new[channel]))
