@@ -181,9 +181,34 @@ def verify_cmd(path: Path, thread_ids: tuple[str, ...], deep: bool, as_json: boo
 # -- prune ------------------------------------------------------------------------------------------
 
 
-def _print_removal(out: Output, report: RemovalReport, verb: str) -> None:
+def _prune_note(report: RemovalReport, hidden: int, no_seed: list[str]) -> str | None:
+    """Why a prune kept checkpoints (hidden) instead of freeing them, and the fix; or None.
+
+    ``hidden``: checkpoints of the pruned threads hidden now (by this prune or
+    an earlier one); ``no_seed``: threads whose hidden chain reaches their root.
+    """
+    if report.seeds or not (report.hidden or (hidden and not report.checkpoints)):
+        return None
+    why = (
+        f"thread(s) {', '.join(map(repr, no_seed[:3]))}{' …' if len(no_seed) > 3 else ''} have "
+        "no delta seed yet, so their kept state is rebuilt by replaying every write from the "
+        "first checkpoint"
+        if no_seed
+        else "the kept checkpoints' delta channels are rebuilt by replaying writes back to "
+        "their last seed"
+    )
+    freed = "nothing was freed" if not report.checkpoints else "less was freed"
+    return (
+        f"{freed}: {max(hidden, report.hidden):,} checkpoint(s) stay, hidden, because {why}. "
+        "Re-seed to free them: run the same prune with --graph MODULE:ATTR (your graph, e.g. "
+        "myapp.agent:graph); its reducers write a fresh seed into each kept checkpoint and "
+        "the chain goes"
+    )
+
+
+def _print_removal(out: Output, report: RemovalReport, verb: str, note: str | None = None) -> None:
     if out.as_json:
-        out.json(report.to_dict())
+        out.json({**report.to_dict(), **({"note": note} if note else {})})
         return
     would = "would remove" if report.dry_run else verb
     out.console.print(
@@ -193,6 +218,8 @@ def _print_removal(out: Output, report: RemovalReport, verb: str) -> None:
         + (f"; {report.seeds:,} seeds written" if report.seeds else "")
         + (" [dim](dry run: nothing written)[/dim]" if report.dry_run else "")
     )
+    if note:
+        out.console.print(f"[yellow]note:[/yellow] {escape(note)}", soft_wrap=True)
 
 
 @click.command(
@@ -241,7 +268,8 @@ def prune_cmd(
     older writes keeps the minimal chain back to their seed (hidden from
     history), or, with --graph, gets a fresh seed so the chain can go.
     Combine --keep-last and --older-than to keep the union. LMDB reuses the
-    freed pages; `deltalog compact` returns them to the OS.
+    freed pages; `deltalog compact` returns them to the OS. When a chain has
+    to stay (no seed yet), the report says so and how to re-seed.
     """
     out = Output(as_json)
     if keep_latest and (keep_last is not None or older_than is not None):
@@ -259,7 +287,20 @@ def prune_cmd(
             reducers=graph,
             dry_run=dry_run,
         )
-    _print_removal(out, report, "removed")
+        hidden, no_seed = (0, []) if dry_run else _hidden_chains(saver, tids)
+    _print_removal(out, report, "removed", _prune_note(report, hidden, no_seed))
+
+
+def _hidden_chains(saver: Any, thread_ids: list[str]) -> tuple[int, list[str]]:
+    """Hidden checkpoints of the threads, and the threads whose hidden chain reaches
+    their first checkpoint (no seed to stop at)."""
+    hidden, no_seed = 0, []
+    for tid in thread_ids:
+        refs = saver.checkpoint_refs(tid)
+        hidden += sum(h for _, _, _, h in refs)
+        if any(h and parent is None for _, _, parent, h in refs):
+            no_seed.append(tid)
+    return hidden, no_seed
 
 
 # -- copy / delete ------------------------------------------------------------------------------
