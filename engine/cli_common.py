@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import importlib
 import importlib.util
+import io
 import json
 import os
 import re
@@ -23,7 +24,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import click
 from deltalog.engine.errors import DeltaLogError
@@ -70,6 +71,7 @@ __all__ = [
     "open_store",
     "parse_age",
     "progress_bar",
+    "read_stream",
     "store_path",
     "to_jsonable",
 ]
@@ -330,6 +332,39 @@ def open_store(path: Path | str) -> Iterator[Store]:
         yield store
     finally:
         store.close()
+
+
+#: The first bytes of a zstd frame (RFC 8878): how `import` knows a compressed stream.
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def read_stream(source: IO[Any]) -> IO[Any]:
+    """``source`` as it should be read: decompressed when it starts with a zstd frame.
+
+    Works on text and binary streams alike (stdin, files) and returns the same
+    kind; nothing is consumed from ``source`` before the check.
+    """
+    text = isinstance(source, io.TextIOBase)
+    raw = source.buffer if text else source  # type: ignore[attr-defined]
+    if hasattr(raw, "peek"):
+        head = raw.peek(4)[:4]
+    elif raw.seekable():
+        at = raw.tell()
+        head = raw.read(4)
+        raw.seek(at)
+    else:
+        raw = io.BufferedReader(raw)
+        head = raw.peek(4)[:4]
+        if not text:
+            source = raw
+    if head != ZSTD_MAGIC:
+        return source
+    import zstandard
+
+    plain = io.BufferedReader(
+        zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)  # type: ignore[arg-type]
+    )
+    return io.TextIOWrapper(plain, encoding="utf-8") if text else plain
 
 
 def load_graph(spec: str) -> Pregel[Any, Any, Any, Any]:
