@@ -9,7 +9,7 @@ command's options and examples.
 
 Commands: inspect (``threads``, ``history``, ``show``, ``diff``, ``stats``),
 operate (``verify``, ``prune``, ``copy``, ``delete``, ``compact``,
-``backup``, ``export``, ``import``), move (``migrate``), try (``demo``)
+``backup``, ``readers``, ``export``, ``import``), move (``migrate``), try (``demo``)
 and measure (``bench``, from :mod:`deltalog.bench`).
 """
 
@@ -48,6 +48,7 @@ from deltalog.engine.cli_ops import (
     export_cmd,
     import_cmd,
     prune_cmd,
+    readers_cmd,
     verify_cmd,
 )
 
@@ -304,6 +305,7 @@ for _command in (
     delete_cmd,
     compact_cmd,
     backup_cmd,
+    readers_cmd,
     export_cmd,
     import_cmd,
     migrate_cmd,

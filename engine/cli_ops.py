@@ -18,7 +18,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
+import shutil
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -35,6 +38,7 @@ from deltalog.engine.cli_common import (
     json_option,
     load_graph,
     open_saver,
+    open_store,
     progress_bar,
     read_stream,
     store_path,
@@ -53,6 +57,7 @@ __all__ = [
     "export_cmd",
     "import_cmd",
     "prune_cmd",
+    "readers_cmd",
     "verify_cmd",
 ]
 
@@ -428,6 +433,7 @@ def compact_cmd(path: Path, dest: Path, as_json: bool) -> None:
     epilog=_epilog(
         "deltalog backup chat.lmdb /backups/chat-$(date +%F).lmdb",
         "deltalog backup chat.lmdb /backups/chat.lmdb --compact --json",
+        "deltalog backup chat.lmdb - | zstd > chat-data.mdb.zst",
     ),
 )
 @store_path()
@@ -439,15 +445,121 @@ def backup_cmd(path: Path, dest: Path, compact: bool, as_json: bool) -> None:
 
     The copy is one read snapshot: every checkpoint committed before it
     started is in it, none is half in it. Writers are not paused. Open the
-    copy like any store (it is one).
+    copy like any store (it is one). DEST "-" streams the store's data file
+    (data.mdb) to stdout instead: restore it with
+    `mkdir new.lmdb && cp FILE new.lmdb/data.mdb`.
     """
     out = Output(as_json)
+    if str(dest) == "-":
+        _backup_to_stdout(path, compact)
+        return
     with open_saver(path, readonly=True) as saver:
         report = saver.backup(dest, compact=compact)
     if as_json:
         out.json(report.to_dict())
     else:
         out.console.print(f"backed up {path} → {dest} ({human_bytes(report.bytes_after)})")
+
+
+def _backup_to_stdout(path: Path, compact: bool) -> None:
+    """``backup PATH -``: LMDB's hot copy of data.mdb straight into stdout."""
+    stdout = sys.stdout.buffer
+    if stdout.isatty():
+        raise click.UsageError(
+            "backup PATH - writes the binary data file to stdout; redirect it: "
+            "deltalog backup PATH - > data.mdb"
+        )
+    with open_store(path) as store:
+        try:
+            fd = stdout.fileno()
+        except (AttributeError, OSError, ValueError):
+            fd = -1
+        if fd >= 0:
+            stdout.flush()
+            store.copy_to_fd(fd, compact=compact)
+            return
+        # stdout is not a file (an embedding program's buffer): copy, then stream.
+        with tempfile.TemporaryDirectory() as tmp:
+            store.copy_to(Path(tmp) / "copy", compact=compact)
+            with open(Path(tmp) / "copy" / "data.mdb", "rb") as data:
+                shutil.copyfileobj(data, stdout)
+        stdout.flush()
+
+
+@click.command(
+    "readers",
+    short_help="List LMDB reader slots; clear those of dead processes.",
+    context_settings=CONTEXT_SETTINGS,
+    epilog=_epilog(
+        "deltalog readers chat.lmdb",
+        "deltalog readers chat.lmdb --clear",
+        "deltalog readers chat.lmdb --json",
+    ),
+)
+@store_path()
+@click.option(
+    "--clear", is_flag=True, help="Free the slots of processes that died (mdb_reader_check)."
+)
+@json_option
+def readers_cmd(path: Path, clear: bool, as_json: bool) -> None:
+    """List the store's LMDB reader slots: process, thread and the snapshot each pins.
+
+    A read transaction pins the snapshot it started on, so LMDB cannot reuse
+    pages freed after it: a long-lived reader makes the file grow. A slot
+    whose process died is stale: every open of the store frees those (this
+    command says how many it freed), --clear checks again before listing.
+    The same table as `python -m lmdb readers`.
+    """
+    out = Output(as_json)
+    with open_store(path) as store:
+        cleared = int(getattr(store, "stale_readers_cleared", 0))
+        if clear:
+            cleared += store.clear_stale_readers()
+        table = store.readers()
+    me = os.getpid()
+    rows = [
+        {
+            "pid": pid,
+            "thread": thread,
+            "txnid": None if txnid == "-" else int(txnid),
+            "behind": None if txnid == "-" else table["last_txnid"] - int(txnid),
+            "alive": _alive(pid),
+            "this_command": pid == me,
+        }
+        for pid, thread, txnid in table["readers"]
+    ]
+    if as_json:
+        out.json({"last_txnid": table["last_txnid"], "cleared": cleared, "readers": rows})
+        return
+    if cleared:
+        out.console.print(f"cleared {cleared} stale reader slot(s) of processes that died")
+    others = [r for r in rows if not r["this_command"]]
+    if not others:
+        out.console.print(f"no other readers of {path} (last transaction {table['last_txnid']})")
+        return
+    view = Table(title=f"readers of {path} (last transaction {table['last_txnid']})")
+    for col in ("pid", "thread", "snapshot", "behind", "process"):
+        view.add_column(col, no_wrap=True, justify="right" if col != "process" else "left")
+    for r in others:
+        view.add_row(
+            str(r["pid"]),
+            r["thread"],
+            "-" if r["txnid"] is None else str(r["txnid"]),
+            "-" if r["behind"] is None else f"{r['behind']:,}",
+            "alive" if r["alive"] else "gone (stale; --clear frees it)",
+        )
+    out.table(view)
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process with this id exists (on this machine)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 # -- export / import ------------------------------------------------------------------------------

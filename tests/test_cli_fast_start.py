@@ -67,3 +67,27 @@ def test_root_help_lists_bench_with_its_own_short_help() -> None:
     out = CliRunner().invoke(cli, ["--help"], env={"COLUMNS": "200"}).stdout
     line = next(x for x in out.splitlines() if x.strip().startswith("bench "))
     assert line.split(None, 1)[1].strip() == bench_command.get_short_help_str(200)
+
+
+def test_shell_completion_as_documented() -> None:
+    """The completion hook docs/cli.md documents answers in a real process."""
+    import os
+
+    env = {**os.environ, "COMP_WORDS": "deltalog rea", "COMP_CWORD": "1"}
+    env["_DELTALOG_COMPLETE"] = "bash_complete"
+    proc = subprocess.run(
+        [sys.executable, "-m", "deltalog.engine"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "plain,readers" in proc.stdout.splitlines()
+    script = subprocess.run(
+        [sys.executable, "-m", "deltalog.engine"],
+        env={**os.environ, "_DELTALOG_COMPLETE": "bash_source"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "_deltalog_completion" in script.stdout
