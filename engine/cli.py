@@ -326,7 +326,11 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
-    except click.Abort:
+    except (click.Abort, KeyboardInterrupt) as exc:
+        # Ctrl-C: one line and exit status 130 (128 + SIGINT), as shells report it.
+        if isinstance(exc, KeyboardInterrupt) or isinstance(exc.__cause__, KeyboardInterrupt):
+            click.echo("deltalog: interrupted", err=True)
+            return 130
         click.echo("Aborted!", err=True)
         return 1
     except BrokenPipeError:
