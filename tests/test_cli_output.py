@@ -171,3 +171,26 @@ def test_diff_of_two_unresolved_sides(tmp_path: Path) -> None:
         ("events", "unresolved", ["A", "B"])
     ]
     assert "no differences" not in run("diff", path, "ev", ids[-2], ids[0]).stdout
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    """A real `deltalog import` waiting on its pipe, interrupted: exit 130, one line on stderr."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "deltalog.engine", "import", str(tmp_path / "new.lmdb")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(3)  # started and blocked reading stdin
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert [x for x in err.splitlines() if x.strip()] == ["deltalog: interrupted"]
