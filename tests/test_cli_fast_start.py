@@ -42,8 +42,8 @@ def test_help_and_version_load_no_langgraph() -> None:
     assert result["heavy"] == []
 
 
-def test_threads_and_stats_load_no_langgraph(tmp_path: Path) -> None:
-    """`threads` and `stats` (tables and --json) read keys and sizes without LangGraph."""
+def test_threads_stats_and_readers_load_no_langgraph(tmp_path: Path) -> None:
+    """`threads`, `stats` (tables and --json) and `readers` read without LangGraph."""
     path = tmp_path / "s.lmdb"
     with DeltaLogSaver.from_path(path) as saver:
         chat_graph(3).compile(checkpointer=saver).invoke(
@@ -54,8 +54,9 @@ def test_threads_and_stats_load_no_langgraph(tmp_path: Path) -> None:
         ["threads", str(path), "--json"],
         ["stats", str(path)],
         ["stats", str(path), "--json"],
+        ["readers", str(path)],
     )
-    assert result["codes"] == [0, 0, 0, 0]
+    assert result["codes"] == [0, 0, 0, 0, 0]
     assert result["heavy"] == []
 
 
