@@ -526,7 +526,7 @@ class Output:
             self.console.print(table.title)
         columns = table.columns
         for i in range(table.row_count):
-            cells = [str(c._cells[i]) if i < len(c._cells) else "" for c in columns]
+            cells = [_plain(c._cells[i]) if i < len(c._cells) else "" for c in columns]
             self.console.print(Text(cells[0], style="bold"), overflow="ignore", crop=False)
             pairs = [
                 f"{c.header}: {v}" for c, v in zip(columns[1:], cells[1:], strict=True) if c.header
@@ -536,6 +536,11 @@ class Output:
     def warn(self, message: str) -> None:
         """One warning line on stderr."""
         self.err.print(f"[yellow]warning:[/yellow] {message}", soft_wrap=True)
+
+
+def _plain(cell: Any) -> str:
+    """A table cell's text: markup strings are parsed (``escape``d ids come back as they are)."""
+    return cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
 
 
 def progress_bar(out: Output, *, transient: bool = False) -> Progress:

@@ -19,7 +19,7 @@ from typing_extensions import TypedDict
 
 from .graphs import cfg, chat_graph, human
 
-LONG_ID = "customer-2f9c4a7e-0b1d-4c3e-9a8f-6d5e4c3b2a19-session-0042"
+LONG_ID = "customer-[v2]-2f9c4a7e-0b1d-4c3e-9a8f-6d5e4c3b2a19-session-0042"
 
 
 def run(*args: Any, columns: int = 200) -> Result:
