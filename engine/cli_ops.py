@@ -25,7 +25,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 from deltalog.engine.cli_common import (
@@ -46,6 +46,9 @@ from deltalog.engine.cli_common import (
 from deltalog.engine.reports import RemovalReport, VerifyReport
 from rich.markup import escape
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from deltalog.engine.saver import DeltaLogSaver
 
 __all__ = [
     "backup_cmd",
@@ -300,7 +303,7 @@ def prune_cmd(
     _print_removal(out, report, "removed", _prune_note(report, hidden, no_seed))
 
 
-def _hidden_chains(saver: Any, thread_ids: list[str]) -> tuple[int, list[str]]:
+def _hidden_chains(saver: DeltaLogSaver, thread_ids: list[str]) -> tuple[int, list[str]]:
     """Hidden checkpoints of the threads, and the threads whose hidden chain reaches
     their first checkpoint (no seed to stop at)."""
     hidden, no_seed = 0, []
@@ -451,6 +454,8 @@ def backup_cmd(path: Path, dest: Path, compact: bool, as_json: bool) -> None:
     """
     out = Output(as_json)
     if str(dest) == "-":
+        if as_json:
+            raise click.UsageError("backup PATH - streams the data file; it has no --json report")
         _backup_to_stdout(path, compact)
         return
     with open_saver(path, readonly=True) as saver:
