@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from deltalog.channels import Reconstructor, messages, read_counters
@@ -161,10 +161,12 @@ class HistoryEntry:
     seed_versions: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        out = asdict(self)
-        del out["seed_versions"]
-        return out
+        """JSON-ready form (shallow copies: the fields hold only strings and numbers)."""
+        return {
+            name: list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v
+            for name, v in vars(self).items()
+            if name != "seed_versions"
+        }
 
 
 def _ext_code(payload: bytes) -> int | None:
