@@ -24,7 +24,13 @@ from deltalog.bench.pgserver import (
 )
 from deltalog.bench.report import render, write_json, write_markdown, write_plots
 from deltalog.bench.runner import BenchResult, Isolation, RunOptions, run_bench
-from deltalog.bench.scenarios import all_scenario_names, full_plan, quick_plan, select_plan
+from deltalog.bench.scenarios import (
+    BenchPlan,
+    all_scenario_names,
+    full_plan,
+    quick_plan,
+    select_plan,
+)
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -36,7 +42,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-__all__ = ["bench_command", "main"]
+__all__ = ["bench_command", "interrupted", "main"]
 
 
 class _RichProgress:
@@ -57,6 +63,47 @@ class _RichProgress:
 
     def log(self, message: str) -> None:
         self._progress.console.print(message)
+
+
+class _LineProgress:
+    """Progress as plain lines, for logs and pipes: one line per scenario when it ends.
+
+    The runner's phases are named ``"<scenario>: <phase>"``; a scenario's line
+    lists its phases with their step counts and the time it took.
+    """
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+        self._scenario: str | None = None
+        self._phases: list[str] = []
+        self._started = 0.0
+
+    def start(self, description: str, total: int) -> None:
+        scenario, _, phase = description.partition(": ")
+        if scenario != self._scenario:
+            self.close()
+            self._scenario, self._phases, self._started = scenario, [], time.perf_counter()
+        self._phases.append(f"{phase or 'steps'} {total:,}")
+
+    def advance(self, steps: int = 1) -> None:
+        pass
+
+    def log(self, message: str) -> None:
+        self._console.print(message)
+
+    def close(self) -> None:
+        """Print the line of the scenario in progress, if any."""
+        if self._scenario is not None:
+            took = time.perf_counter() - self._started
+            self._console.print(
+                f"{self._scenario}: {', '.join(self._phases)} — done in {took:.1f} s",
+                highlight=False,
+            )
+        self._scenario = None
+
+
+def _describe_turns(plan: BenchPlan) -> str:
+    return ", ".join(f"{c.name} {c.turns:,}" for c in plan.chat)
 
 
 def _split(values: Sequence[str]) -> list[str]:
@@ -92,6 +139,7 @@ def _parse_threads(
 
 @click.command(
     name="bench",
+    short_help="Measure storage and latency against other LangGraph savers.",
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog=(
         "Examples:\n\n"
@@ -103,12 +151,16 @@ def _parse_threads(
     ),
 )
 @click.option(
-    "--quick", is_flag=True, help="Small sizes that finish in under 5 minutes on 2 cores."
+    "--quick",
+    is_flag=True,
+    help="Smaller sizes that finish in under 5 minutes on 2 cores (turns: "
+    f"{_describe_turns(quick_plan())}).",
 )
 @click.option(
     "--turns",
     type=click.IntRange(1, 10_000),
-    help="Turns of every chat scenario (default 1000; 300 for add_messages under --quick).",
+    help="Turns of every chat scenario, replacing each scenario's own (full run: "
+    f"{_describe_turns(full_plan())}).",
 )
 @click.option(
     "--scenario",
@@ -127,7 +179,7 @@ def _parse_threads(
     "--subject",
     default="deltalog",
     show_default=True,
-    help="Saver whose ratios to each peer and targets are reported.",
+    help="Saver whose ratios to each peer and performance targets are reported.",
 )
 @click.option(
     "--pg",
@@ -168,7 +220,12 @@ def _parse_threads(
     help="Run nothing: re-render the tables, results.md and plots of a results.json into --out.",
 )
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
-@click.option("--no-progress", is_flag=True, help="No progress bars (for logs).")
+@click.option(
+    "--no-progress",
+    is_flag=True,
+    help="A line per scenario instead of progress bars (the default when stdout is not a "
+    "terminal).",
+)
 @click.pass_context
 def bench_command(
     ctx: click.Context,
@@ -224,17 +281,21 @@ def bench_command(
                 except PostgresUnavailable as exc:
                     console.print(f"[yellow]PostgreSQL not started: {exc}[/yellow]")
         options = RunOptions(peers=savers, pg_dsn=dsn, workdir=workdir, isolation=isolation)
-        progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=console,
-            disable=no_progress,
-        )
-        with progress:
-            result = run_bench(plan, options, _RichProgress(progress))
+        if no_progress or not console.is_terminal:
+            lines = _LineProgress(console)
+            result = run_bench(plan, options, lines)
+            lines.close()
+        else:
+            progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=console,
+            )
+            with progress:
+                result = run_bench(plan, options, _RichProgress(progress))
     result.meta["quick"] = quick
     result.meta["wall_seconds"] = round(time.perf_counter() - started, 1)
     result.meta["options"] = {
@@ -283,7 +344,15 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
-    except click.Abort:
-        click.echo("Aborted!", err=True)
-        return 1
+    except (click.Abort, KeyboardInterrupt) as exc:
+        return interrupted(exc, "deltalog bench")
     return rv if isinstance(rv, int) else 0
+
+
+def interrupted(exc: BaseException, prog: str) -> int:
+    """One line on stderr for Ctrl-C (exit status 130, as shells report SIGINT) or an abort (1)."""
+    if isinstance(exc, KeyboardInterrupt) or isinstance(exc.__cause__, KeyboardInterrupt):
+        click.echo(f"{prog}: interrupted; nothing more was run", err=True)
+        return 130
+    click.echo("Aborted!", err=True)
+    return 1

@@ -40,6 +40,7 @@ import multiprocessing.connection
 import os
 import platform
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -646,6 +647,9 @@ async def _in_tasks(n: int, seconds: float, work: Callable[[int, float], Awaitab
 
 def _serve(conn: multiprocessing.connection.Connection, name: str, ctx: PeerContext) -> None:
     """Entry point of a worker process: answer ``(method, args)`` requests until ``close``."""
+    # Ctrl-C reaches the whole process group: the coordinator handles it and
+    # closes this worker (EOF on the pipe), so no traceback is printed here.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         worker = SaverWorker(REGISTRY[name], ctx, measure_rss=True)
     except BaseException:

@@ -3,7 +3,15 @@
 >>> from deltalog.engine import DeltaLogSaver  # doctest: +SKIP
 >>> with DeltaLogSaver.from_path("chat.lmdb") as saver:  # doctest: +SKIP
 ...     graph = builder.compile(checkpointer=saver)
+
+The saver (and with it LangGraph) is imported on first use of
+``DeltaLogSaver`` or ``Store``, so ``deltalog --help`` and the commands that
+read only keys start without loading LangGraph (issue 19, fast start).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from deltalog.engine.errors import (
     ConfigError,
@@ -18,8 +26,10 @@ from deltalog.engine.errors import (
     StoreOpenError,
     ThreadExistsError,
 )
-from deltalog.engine.saver import DeltaLogSaver
-from deltalog.engine.store import Store
+
+if TYPE_CHECKING:
+    from deltalog.engine.saver import DeltaLogSaver
+    from deltalog.engine.store import Store
 
 __all__ = [
     "ConfigError",
@@ -36,3 +46,17 @@ __all__ = [
     "StoreOpenError",
     "ThreadExistsError",
 ]
+
+_LAZY = {"DeltaLogSaver": "deltalog.engine.saver", "Store": "deltalog.engine.store"}
+
+
+def __getattr__(name: str) -> Any:
+    """``DeltaLogSaver`` and ``Store``, imported when first asked for (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

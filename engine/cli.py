@@ -9,7 +9,7 @@ command's options and examples.
 
 Commands: inspect (``threads``, ``history``, ``show``, ``diff``, ``stats``),
 operate (``verify``, ``prune``, ``copy``, ``delete``, ``compact``,
-``backup``, ``export``, ``import``), move (``migrate``), try (``demo``)
+``backup``, ``readers``, ``export``, ``import``), move (``migrate``), try (``demo``)
 and measure (``bench``, from :mod:`deltalog.bench`).
 """
 
@@ -19,7 +19,7 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import click
 from deltalog.engine.cli_common import (
@@ -28,7 +28,6 @@ from deltalog.engine.cli_common import (
     TRUSTED_ENV,
     DeltaLogGroup,
     Output,
-    cli_serde,
     human_bytes,
     json_option,
     open_saver,
@@ -51,32 +50,39 @@ from deltalog.engine.cli_ops import (
     export_cmd,
     import_cmd,
     prune_cmd,
+    readers_cmd,
     verify_cmd,
 )
-from deltalog.engine.demo import run_demo
-from deltalog.engine.migrate import (
-    MigrationError,
-    describe_uri,
-    open_saver_uri,
-    plan_migration,
-    run_migration,
-)
-from langgraph.checkpoint.base import BaseCheckpointSaver
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
 
 __all__ = ["cli", "main"]
+
+# Fast start (issue 19): this module and the command modules it imports load
+# neither LangGraph nor LangChain; each command that needs them imports them
+# in its body, so `--help`, `--version`, `threads` and `stats` skip the ~1 s
+# those imports cost. tests/test_cli_fast_start.py guards it.
 
 
 class _Root(DeltaLogGroup):
     """The root group: commands in the order of docs/cli.md; ``bench`` loaded on demand."""
 
-    lazy: ClassVar[dict[str, tuple[str, str]]] = {"bench": ("deltalog.bench.cli", "bench_command")}
+    #: name -> (module, attribute, short help shown by `deltalog --help` without importing it)
+    lazy: ClassVar[dict[str, tuple[str, str, str]]] = {
+        "bench": (
+            "deltalog.bench.cli",
+            "bench_command",
+            "Measure storage and latency against other LangGraph savers.",
+        )
+    }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [*self.commands, *self.lazy]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy and cmd_name not in self.commands:
-            module, attr = self.lazy[cmd_name]
+            module, attr, _ = self.lazy[cmd_name]
             try:
                 command = getattr(importlib.import_module(module), attr)
             except ImportError as exc:
@@ -86,6 +92,21 @@ class _Root(DeltaLogGroup):
                 ) from exc
             self.add_command(command, cmd_name)
         return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list; lazy commands not yet loaded show their stored short help."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.commands.get(name)
+            if command is not None:
+                if command.hidden:
+                    continue
+                rows.append((name, command.get_short_help_str(formatter.width - 6 - len(name))))
+            else:
+                rows.append((name, self.lazy[name][2]))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
 @click.group(
@@ -178,6 +199,8 @@ def demo_cmd(
     DeltaLogSaver in PATH (default ./deltalog-demo.lmdb). Running it again
     continues the conversation. Then try `deltalog history PATH demo`.
     """
+    from deltalog.engine.demo import run_demo
+
     out = Output(as_json)
     with progress_bar(out, transient=True) as bar:
         task = bar.add_task("chatting", total=turns)
@@ -247,12 +270,22 @@ def migrate_cmd(
     checkpoints already copied are skipped. Verifies at the end that the
     target lists every checkpoint; exit status 1 if not.
     """
+    from deltalog.engine.migrate import (
+        MigrationError,
+        describe_uri,
+        open_saver_uri,
+        plan_migration,
+        run_migration,
+    )
+
     out = Output(as_json)
     if (to_uri is None) == (from_uri is None):
         raise click.UsageError("pass exactly one of --to URI or --from URI")
     if to_uri is not None and not path.is_dir():
         raise click.BadParameter(f"no store at {path}", param_hint="PATH")
     uri = to_uri or from_uri or ""
+    from deltalog.engine.cli_serde import cli_serde
+
     # The source is read strictly and a blocked type refused: the target would store plain data.
     reading = cli_serde(refuse_blocked=True)
     with (
@@ -300,6 +333,7 @@ for _command in (
     delete_cmd,
     compact_cmd,
     backup_cmd,
+    readers_cmd,
     export_cmd,
     import_cmd,
     migrate_cmd,
@@ -321,7 +355,11 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
-    except click.Abort:
+    except (click.Abort, KeyboardInterrupt) as exc:
+        # Ctrl-C: one line and exit status 130 (128 + SIGINT), as shells report it.
+        if isinstance(exc, KeyboardInterrupt) or isinstance(exc.__cause__, KeyboardInterrupt):
+            click.echo("deltalog: interrupted", err=True)
+            return 130
         click.echo("Aborted!", err=True)
         return 1
     except BrokenPipeError:

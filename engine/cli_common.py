@@ -15,31 +15,22 @@ import contextlib
 import dataclasses
 import importlib
 import importlib.util
+import io
 import json
-import logging
 import os
 import re
 import sys
-import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import click
-from deltalog.engine.errors import DeltaLogError, NotAStoreError, UntrustedTypeError
-from deltalog.engine.saver import DeltaLogSaver
-from deltalog.engine.store import Store, check_data_file, open_owner_only
-from langchain_core.messages import BaseMessage
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
-from langgraph.checkpoint.serde.event_hooks import SerdeEvent, register_serde_event_listener
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from langgraph.checkpoint.serde.types import _DeltaSnapshot
-from langgraph.pregel import Pregel
+from deltalog.engine.errors import DeltaLogError, NotAStoreError
 from rich.console import Console
+from rich.measure import Measurement
+from rich.padding import Padding
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -48,7 +39,18 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Table
+from rich.text import Text
 from ulid import ULID
+
+if TYPE_CHECKING:
+    # Imported where used: `deltalog --help`, `threads` and `stats` never load
+    # LangGraph or LangChain (issue 19, fast start).
+    from deltalog.engine.saver import DeltaLogSaver
+    from deltalog.engine.store import Store
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+    from langgraph.pregel import Pregel
 
 __all__ = [
     "AES_KEY_ENV",
@@ -59,9 +61,7 @@ __all__ = [
     "DeltaLogGroup",
     "Output",
     "OwnerOnlyFile",
-    "StrictSerializer",
     "age_option",
-    "cli_serde",
     "config_for",
     "dump_json",
     "graph_option",
@@ -69,13 +69,15 @@ __all__ = [
     "id_time",
     "import_attr",
     "json_option",
+    "jsonl_option",
     "load_graph",
-    "make_serde",
     "ns_option",
     "one_line",
     "open_saver",
+    "open_store",
     "parse_age",
     "progress_bar",
+    "read_stream",
     "store_path",
     "to_jsonable",
 ]
@@ -135,6 +137,16 @@ def store_path(
         required=default is None,
         default=default,
     )
+
+
+def jsonl_option(f: F) -> F:
+    """``--jsonl``: JSON Lines on stdout, one object per row (for piping)."""
+    return click.option(
+        "--jsonl",
+        "as_jsonl",
+        is_flag=True,
+        help="Print JSON Lines on stdout: one JSON object per row (for jq, sqlite-utils).",
+    )(f)
 
 
 def json_option(f: F) -> F:
@@ -284,114 +296,11 @@ def config_for(
 # -- the store and the user's graph ------------------------------------------------------
 
 
-# -- the serializer of CLI reads (issue 15.14, 15.16) ---------------------------------------
+# -- the serializer of CLI reads (issue 15.14, 15.16): deltalog.engine.cli_serde ----------
 
 TRUSTED_ENV = "DELTALOG_TRUSTED"
 SERDE_ENV = "DELTALOG_SERDE"
 AES_KEY_ENV = "LANGGRAPH_AES_KEY"
-
-_events = threading.local()
-
-
-def _on_serde_event(event: SerdeEvent) -> None:
-    seen: list[SerdeEvent] | None = getattr(_events, "seen", None)
-    if seen is not None and event["kind"] in ("msgpack_blocked", "msgpack_method_blocked"):
-        seen.append(event)
-
-
-_listening: list[bool] = []
-
-
-class _QuietWhileRefusing(logging.Filter):
-    """Drop LangGraph's "Blocked deserialization" warning where the CLI raises its own error."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return getattr(_events, "seen", None) is None
-
-
-class StrictSerializer(JsonPlusSerializer):
-    """LangGraph's serde in strict msgpack mode: only its built-in allowlist of safe types
-    is constructed (a crafted record can name ``os.system``; it comes back as plain data).
-
-    With ``refuse_blocked``, a value naming a type the allowlist blocks raises
-    :class:`UntrustedTypeError` instead: commands that write what they read
-    (``migrate``, ``prune --graph``) would otherwise store it as a plain dict.
-    """
-
-    def __init__(self, *, refuse_blocked: bool = False) -> None:
-        super().__init__(pickle_fallback=False, allowed_msgpack_modules=None)
-        self.refuse_blocked = refuse_blocked
-        if not _listening:
-            register_serde_event_listener(_on_serde_event)
-            logging.getLogger(JsonPlusSerializer.__module__).addFilter(_QuietWhileRefusing())
-            _listening.append(True)
-
-    def loads_typed(self, data: tuple[str, bytes]) -> Any:
-        """Load like JsonPlusSerializer; with ``refuse_blocked``, refuse blocked types."""
-        if not self.refuse_blocked:
-            return super().loads_typed(data)
-        outer = getattr(_events, "seen", None)
-        _events.seen = []
-        try:
-            value = super().loads_typed(data)
-            blocked = _events.seen
-        finally:
-            _events.seen = outer
-        if blocked:
-            names = ", ".join(sorted({f"{e['module']}.{e['name']}" for e in blocked}))
-            raise UntrustedTypeError(
-                f"a stored value names {names}, which LangGraph's strict msgpack allowlist "
-                "blocks; copying it would store plain data instead. If the store's contents "
-                f"are yours, re-run as `deltalog --trusted ...` (or set {TRUSTED_ENV}=1)"
-            )
-        return value
-
-
-def make_serde(
-    *, trusted: bool = False, spec: str | None = None, refuse_blocked: bool = False
-) -> SerializerProtocol:
-    """The serializer CLI commands read and write with.
-
-    Default: :class:`StrictSerializer` (safe on files from anyone); ``trusted``:
-    LangGraph's default ``JsonPlusSerializer`` (constructs any type a record
-    names: only for your own stores); ``spec`` (``MODULE:ATTR``): your serializer,
-    used as it is. With ``LANGGRAPH_AES_KEY`` set (and no ``spec``), values are
-    decrypted with ``EncryptedSerializer.from_pycryptodome_aes()`` around it.
-
-    Raises:
-        CliError: ``spec`` does not import or is not a serializer; the AES key is unusable.
-    """
-    if spec:
-        obj = import_attr(spec, "--serde")
-        if not hasattr(obj, "loads_typed") and callable(obj):
-            obj = obj()
-        if not (hasattr(obj, "loads_typed") and hasattr(obj, "dumps_typed")):
-            raise CliError(
-                f"--serde {spec!r} is a {type(obj).__name__}; point it at a serializer "
-                "(with dumps_typed/loads_typed) or a function returning one"
-            )
-        serde: SerializerProtocol = obj
-        return serde
-    base: SerializerProtocol = (
-        JsonPlusSerializer() if trusted else StrictSerializer(refuse_blocked=refuse_blocked)
-    )
-    if os.environ.get(AES_KEY_ENV):
-        try:
-            return EncryptedSerializer.from_pycryptodome_aes(serde=base)
-        except (ValueError, ImportError) as exc:
-            raise CliError(f"{AES_KEY_ENV}: {one_line(exc)}") from None
-    return base
-
-
-def cli_serde(*, refuse_blocked: bool = False) -> SerializerProtocol:
-    """:func:`make_serde` with the ``--trusted`` / ``--serde`` options of this invocation."""
-    ctx = click.get_current_context(silent=True)
-    meta: dict[str, Any] = ctx.meta if ctx is not None else {}
-    return make_serde(
-        trusted=bool(meta.get("deltalog.trusted")),
-        spec=meta.get("deltalog.serde"),
-        refuse_blocked=refuse_blocked,
-    )
 
 
 @contextlib.contextmanager
@@ -408,9 +317,13 @@ def open_saver(
     folder that holds no deltalog store is refused with exit status 2 and
     nothing is created or changed (R12, issue 15.5). So is a folder without
     ``data.mdb`` for a writable open with ``create`` False (prune, copy, delete).
-    Values are read with ``serde``, by default :func:`cli_serde` (strict, unless
-    ``--trusted``).
+    Values are read with ``serde``, by default
+    :func:`~deltalog.engine.cli_serde.cli_serde` (strict, unless ``--trusted``).
     """
+    from deltalog.engine.cli_serde import cli_serde
+    from deltalog.engine.saver import DeltaLogSaver
+    from deltalog.engine.store import Store, check_data_file
+
     serde = serde if serde is not None else cli_serde()
     try:
         if not readonly and not create:
@@ -432,6 +345,59 @@ class NotAStoreCliError(CliError):
     """PATH holds no deltalog store: a usage error (exit status 2), nothing was touched."""
 
     exit_code = 2
+
+
+@contextlib.contextmanager
+def open_store(path: Path | str) -> Iterator[Store]:
+    """Open the store at ``path`` read-only, without the saver (so without LangGraph).
+
+    For the commands that read keys and record sizes only (``threads``,
+    ``stats``, ``readers``). A folder that holds no deltalog store is refused
+    as :func:`open_saver` refuses it (exit status 2, nothing touched).
+    """
+    from deltalog.engine.store import Store
+
+    try:
+        store = Store(path, readonly=True)
+    except NotAStoreError as exc:
+        raise NotAStoreCliError(one_line(exc)) from exc
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+#: The first bytes of a zstd frame (RFC 8878): how `import` knows a compressed stream.
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def read_stream(source: IO[Any]) -> IO[Any]:
+    """``source`` as it should be read: decompressed when it starts with a zstd frame.
+
+    Works on text and binary streams alike (stdin, files) and returns the same
+    kind; nothing is consumed from ``source`` before the check.
+    """
+    text = isinstance(source, io.TextIOBase)
+    raw = source.buffer if text else source  # type: ignore[attr-defined]
+    if hasattr(raw, "peek"):
+        head = raw.peek(4)[:4]
+    elif raw.seekable():
+        at = raw.tell()
+        head = raw.read(4)
+        raw.seek(at)
+    else:
+        raw = io.BufferedReader(raw)
+        head = raw.peek(4)[:4]
+        if not text:
+            source = raw
+    if head != ZSTD_MAGIC:
+        return source
+    import zstandard
+
+    plain = io.BufferedReader(
+        zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)  # type: ignore[arg-type]
+    )
+    return io.TextIOWrapper(plain, encoding="utf-8") if text else plain
 
 
 def load_graph(spec: str) -> Pregel[Any, Any, Any, Any]:
@@ -486,6 +452,7 @@ def import_attr(spec: str, option: str) -> Any:
 
 def _as_graph(obj: Any, spec: str) -> Pregel[Any, Any, Any, Any]:
     from langgraph.graph import StateGraph
+    from langgraph.pregel import Pregel
 
     if isinstance(obj, Pregel):
         return obj
@@ -533,6 +500,8 @@ class _OwnerOnlyOutput:
 
     def _open(self) -> IO[str]:
         if self._file is None:
+            from deltalog.engine.store import open_owner_only
+
             self._file = os.fdopen(open_owner_only(self.name), "w", encoding=self.encoding)
         return self._file
 
@@ -556,7 +525,7 @@ def to_jsonable(value: Any) -> Any:
     """
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    if isinstance(value, BaseMessage):
+    if _is_instance(value, "langchain_core.messages", "BaseMessage"):
         out: dict[str, Any] = {"role": value.type, "id": value.id, "content": value.content}
         if value.name:
             out["name"] = value.name
@@ -565,7 +534,7 @@ def to_jsonable(value: Any) -> Any:
             if extra:
                 out[key] = to_jsonable(extra)
         return out
-    if isinstance(value, _DeltaSnapshot):
+    if _is_instance(value, "langgraph.checkpoint.serde.types", "_DeltaSnapshot"):
         return to_jsonable(value.value)
     if isinstance(value, Mapping):
         return {str(k): to_jsonable(v) for k, v in value.items()}
@@ -586,9 +555,25 @@ def to_jsonable(value: Any) -> Any:
     return repr(value)
 
 
+def _is_instance(value: Any, module: str, name: str) -> bool:
+    """``isinstance(value, module.name)`` without importing ``module``.
+
+    No object of a class exists before its module is imported, so a module
+    absent from ``sys.modules`` answers False at no cost.
+    """
+    loaded = sys.modules.get(module)
+    cls = getattr(loaded, name, None) if loaded is not None else None
+    return isinstance(cls, type) and isinstance(value, cls)
+
+
 def dump_json(value: Any) -> str:
     """The CLI's JSON: indented, UTF-8, anything unknown through :func:`to_jsonable`."""
     return json.dumps(value, indent=2, ensure_ascii=False, default=to_jsonable)
+
+
+#: Width of stdout when it is not a terminal and COLUMNS is unset: tables and
+#: lines keep their natural width in pipes and files (ids never wrap).
+PIPE_WIDTH = 4096
 
 
 class Output:
@@ -597,15 +582,51 @@ class Output:
     def __init__(self, as_json: bool = False) -> None:
         self.as_json = as_json
         self.console = Console(highlight=False, soft_wrap=False)
+        if not self.console.is_terminal and not os.environ.get("COLUMNS"):
+            self.console.width = PIPE_WIDTH
         self.err = Console(stderr=True, highlight=False)
 
     def json(self, value: Any) -> None:
         """Print one JSON document on stdout."""
         click.echo(dump_json(value))
 
+    def jsonl(self, rows: Iterable[Any]) -> None:
+        """Print JSON Lines on stdout: one compact JSON object per row."""
+        for row in rows:
+            click.echo(json.dumps(row, ensure_ascii=False, default=to_jsonable))
+
+    def table(self, table: Table) -> None:
+        """Print a table; one whose unwrappable cells (ids) cannot fit becomes a listing.
+
+        A row's first cell (an id) then stands alone on its line, never wrapped
+        or cut; the other cells follow as ``header: value`` pairs.
+        """
+        wide = self.console.options.update_width(PIPE_WIDTH)
+        if (
+            not any(c.no_wrap for c in table.columns)
+            or Measurement.get(self.console, wide, table).minimum <= self.console.width
+        ):
+            self.console.print(table)
+            return
+        if table.title:
+            self.console.print(table.title)
+        columns = table.columns
+        for i in range(table.row_count):
+            cells = [_plain(c._cells[i]) if i < len(c._cells) else "" for c in columns]
+            self.console.print(Text(cells[0], style="bold"), overflow="ignore", crop=False)
+            pairs = [
+                f"{c.header}: {v}" for c, v in zip(columns[1:], cells[1:], strict=True) if c.header
+            ]
+            self.console.print(Padding(Text("  ".join(pairs)), (0, 0, 0, 4)))
+
     def warn(self, message: str) -> None:
         """One warning line on stderr."""
         self.err.print(f"[yellow]warning:[/yellow] {message}", soft_wrap=True)
+
+
+def _plain(cell: Any) -> str:
+    """A table cell's text: markup strings are parsed (``escape``d ids come back as they are)."""
+    return cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
 
 
 def progress_bar(out: Output, *, transient: bool = False) -> Progress:

@@ -6,8 +6,9 @@ is writing to is safe; each reads one consistent snapshot per call.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from deltalog.engine.cli_common import (
@@ -18,27 +19,24 @@ from deltalog.engine.cli_common import (
     human_bytes,
     id_time,
     json_option,
+    jsonl_option,
     load_graph,
     ns_option,
     open_saver,
+    open_store,
+    progress_bar,
     store_path,
     to_jsonable,
 )
-from deltalog.engine.cli_state import (
-    ChannelDiff,
-    HistoryEntry,
-    StateView,
-    collect_history,
-    diff_states,
-    reconstruct_state,
-    relation,
-    resolve_checkpoint,
-)
-from deltalog.engine.saver import DeltaLogSaver
-from langchain_core.messages import BaseMessage
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    # cli_state needs LangGraph: imported by the commands that rebuild state,
+    # so `threads` and `stats` (and --help) start without it (issue 19).
+    from deltalog.engine.cli_state import ChannelDiff, HistoryEntry, StateView
+    from deltalog.engine.saver import DeltaLogSaver
 
 __all__ = ["diff_cmd", "history_cmd", "show_cmd", "stats_cmd", "threads_cmd"]
 
@@ -80,7 +78,10 @@ def _epilog(*examples: str) -> str:
     help="Show at most this many threads (0 = all). Tables default to 100.",
 )
 @json_option
-def threads_cmd(path: Path, sort_key: str, reverse: bool, limit: int | None, as_json: bool) -> None:
+@jsonl_option
+def threads_cmd(
+    path: Path, sort_key: str, reverse: bool, limit: int | None, as_json: bool, as_jsonl: bool
+) -> None:
     """List threads: checkpoints, namespaces, last update, writes and bytes.
 
     Read from keys and record sizes only (nothing is decoded), so it stays
@@ -88,8 +89,8 @@ def threads_cmd(path: Path, sort_key: str, reverse: bool, limit: int | None, as_
     from the newest root checkpoint's id (LangGraph's ids carry their time).
     """
     out = Output(as_json)
-    with open_saver(path, readonly=True) as saver:
-        summaries = saver.threads()
+    with open_store(path) as store, store.read() as txn:
+        summaries = txn.thread_summaries()
     rows: list[dict[str, Any]] = []
     for s in summaries:
         when = id_time(s.newest_id)
@@ -109,18 +110,21 @@ def threads_cmd(path: Path, sort_key: str, reverse: bool, limit: int | None, as_
     descending = sort_key != "thread"
     rows.sort(key=lambda r: (r[field] is not None, r[field] or 0), reverse=descending != reverse)
     total = len(rows)
-    if limit is None and not as_json:
+    if limit is None and not (as_json or as_jsonl):
         limit = 100
     if limit:
         rows = rows[:limit]
+    if as_jsonl:
+        out.jsonl(rows)
+        return
     if as_json:
         out.json(rows)
         return
     table = Table(title=f"{total} threads in {path}", title_justify="left")
-    table.add_column("thread_id", overflow="fold")
+    table.add_column("thread_id", no_wrap=True)
     table.add_column("checkpoints", justify="right")
     table.add_column("namespaces", justify="right")
-    table.add_column("last update")
+    table.add_column("last update (UTC)", no_wrap=True)
     table.add_column("writes", justify="right")
     table.add_column("bytes", justify="right")
     for r in rows:
@@ -132,7 +136,7 @@ def threads_cmd(path: Path, sort_key: str, reverse: bool, limit: int | None, as_
             f"{r['writes']:,}",
             human_bytes(r["bytes"]),
         )
-    out.console.print(table)
+    out.table(table)
     if total > len(rows):
         out.console.print(f"… {total - len(rows)} more; --limit 0 shows all")
 
@@ -160,12 +164,18 @@ def _namespaces(saver: DeltaLogSaver, thread_id: str) -> list[str]:
 @store_path()
 @click.argument("thread_id", metavar="THREAD")
 @ns_option
-@click.option("--limit", type=click.IntRange(min=1), help="Only the newest N checkpoints.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Only the newest N checkpoints (0 = all). Tables default to 100, --json to all.",
+)
 @click.option(
     "--hidden", is_flag=True, help="Include checkpoints a prune kept only for a delta chain."
 )
 @graph_option
 @json_option
+@jsonl_option
 def history_cmd(
     path: Path,
     thread_id: str,
@@ -174,6 +184,7 @@ def history_cmd(
     hidden: bool,
     graph_spec: str | None,
     as_json: bool,
+    as_jsonl: bool,
 ) -> None:
     """Show a thread's checkpoint chain, forks as a tree.
 
@@ -182,20 +193,39 @@ def history_cmd(
     seed was written here; otherwise the number of updates a read replays)
     and its parent. Oldest first; a fork's side branch is indented under the
     checkpoint it forked from and the branch leading to the latest
-    checkpoint continues unindented.
+    checkpoint continues unindented. Read from metadata and write keys only
+    (no state is decoded), so long threads list in about a second.
     """
+    from deltalog.engine.cli_state import collect_history, count_checkpoints
+
     out = Output(as_json)
     graph = load_graph(graph_spec) if graph_spec else None
+    if limit is None and not (as_json or as_jsonl):
+        limit = 100
     with open_saver(path, readonly=True) as saver:
-        entries = collect_history(
-            saver, thread_id, checkpoint_ns, include_hidden=hidden, limit=limit, graph=graph
-        )
+        total = count_checkpoints(saver, thread_id, checkpoint_ns)
+        with progress_bar(out, transient=True) as bar:
+            task = bar.add_task("reading checkpoints", total=min(total, limit or total))
+            entries = collect_history(
+                saver,
+                thread_id,
+                checkpoint_ns,
+                include_hidden=hidden,
+                limit=limit or None,
+                graph=graph,
+                on_entry=lambda: bar.advance(task),
+            )
         namespaces = _namespaces(saver, thread_id)
     if not entries:
         raise click.ClickException(
             f"thread {thread_id!r} has no checkpoints in namespace {checkpoint_ns!r}"
             + (f" (its namespaces: {namespaces})" if namespaces else "")
         )
+    if as_jsonl:
+        out.jsonl(
+            {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, **e.to_dict()} for e in entries
+        )
+        return
     if as_json:
         out.json(
             {
@@ -207,6 +237,26 @@ def history_cmd(
         )
         return
     _print_history(out, thread_id, checkpoint_ns, entries, namespaces)
+    shown = sum(not e.hidden for e in entries)
+    if limit and shown >= limit and total > shown:
+        out.console.print(f"… the newest {shown:,} of {total:,} shown; --limit 0 shows all")
+
+
+def utc_label(ts: Any) -> str:
+    """An ISO-8601 timestamp as ``2026-05-01 12:00:00.123 UTC`` (LangGraph's ``ts`` is UTC).
+
+    >>> utc_label("2026-05-01T12:00:00.123456+00:00"), utc_label(None)
+    ('2026-05-01 12:00:00.123 UTC', '')
+    """
+    if not isinstance(ts, str) or not ts:
+        return ""
+    try:
+        when = datetime.fromisoformat(ts)
+    except ValueError:
+        return ts
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc)
+    return when.strftime("%Y-%m-%d %H:%M:%S.") + f"{when.microsecond // 1000:03d} UTC"
 
 
 def _print_history(
@@ -233,7 +283,7 @@ def _print_history(
             line.append(f"  ({m})", style="bold yellow" if m == "latest" else "dim")
         if e.next:
             line.append(f"  → {', '.join(e.next)}", style="cyan")
-        out.console.print(line)
+        out.console.print(line, no_wrap=True, crop=False)
         details = []
         if e.writes:
             details.append("writes " + " ".join(f"{c}×{n}" for c, n in e.writes.items()))
@@ -243,7 +293,9 @@ def _print_history(
         if e.parent_id != previous:
             details.append("parent " + (e.parent_id or "-"))
         if details:
-            out.console.print(Text(rail + "    " + "   ".join(details), style="dim"))
+            out.console.print(
+                Text(rail + "    " + "   ".join(details), style="dim"), no_wrap=True, crop=False
+            )
         previous = e.checkpoint_id
     others = [n for n in namespaces if n != checkpoint_ns]
     if others:
@@ -255,6 +307,8 @@ def _print_history(
 
 def print_messages(out: Output, messages: list[Any], *, indent: str = "  ") -> None:
     """Messages by role: ``human  h-1  text`` with tool calls under the text."""
+    from langchain_core.messages import BaseMessage
+
     for m in messages:
         if not isinstance(m, BaseMessage):
             out.console.print(indent + escape(repr(m)))
@@ -275,6 +329,8 @@ def print_messages(out: Output, messages: list[Any], *, indent: str = "  ") -> N
 
 
 def _is_message_list(value: Any) -> bool:
+    from langchain_core.messages import BaseMessage
+
     return (
         isinstance(value, list) and bool(value) and all(isinstance(v, BaseMessage) for v in value)
     )
@@ -307,6 +363,7 @@ def _state_json(view: StateView, thread_id: str) -> dict[str, Any]:
     epilog=_epilog(
         "deltalog show chat.lmdb thread-1",
         "deltalog show chat.lmdb thread-1 --checkpoint 1f0e3c2a-…",
+        "deltalog show chat.lmdb thread-1 --tail 4",
         "deltalog show chat.lmdb thread-1 --graph myapp.agent:graph --json",
     ),
 )
@@ -320,6 +377,15 @@ def _state_json(view: StateView, thread_id: str) -> dict[str, Any]:
 )
 @ns_option
 @click.option("--channel", "channels", multiple=True, help="Only this channel (repeatable).")
+@click.option(
+    "--tail", type=click.IntRange(min=0), metavar="N", help="Only the last N messages of a channel."
+)
+@click.option(
+    "--head",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Only the first N messages of a channel.",
+)
 @graph_option
 @json_option
 def show_cmd(
@@ -328,6 +394,8 @@ def show_cmd(
     checkpoint_ref: str | None,
     checkpoint_ns: str,
     channels: tuple[str, ...],
+    tail: int | None,
+    head: int | None,
     graph_spec: str | None,
     as_json: bool,
 ) -> None:
@@ -337,8 +405,14 @@ def show_cmd(
     Without --graph, channels holding messages use the messages reducer
     (add_messages semantics); others are shown as "unresolved" with their seed
     and the number of writes to replay. --graph uses your graph's reducers
-    and gives exactly what graph.get_state(config).values shows.
+    and gives exactly what graph.get_state(config).values shows. Messages
+    written as ("user", "hi") pairs, role/content dicts or strings count as
+    messages. --tail/--head keep the last/first N messages of each channel.
     """
+    from deltalog.engine.cli_state import reconstruct_state, resolve_checkpoint
+
+    if tail is not None and head is not None:
+        raise click.UsageError("pass --tail N or --head N, not both")
     out = Output(as_json)
     graph = load_graph(graph_spec) if graph_spec else None
     with open_saver(path, readonly=True) as saver:
@@ -347,19 +421,35 @@ def show_cmd(
     if channels:
         view.values = {c: v for c, v in view.values.items() if c in channels}
         view.unresolved = {c: v for c, v in view.unresolved.items() if c in channels}
+    totals = {c: len(v) for c, v in view.values.items() if _is_message_list(v)}
+    if tail is not None or head is not None:
+        for c in totals:
+            msgs = view.values[c]
+            view.values[c] = msgs[:head] if head is not None else msgs[len(msgs) - (tail or 0) :]
     if as_json:
-        out.json(_state_json(view, thread_id))
+        doc = _state_json(view, thread_id)
+        if tail is not None or head is not None:
+            doc["message_counts"] = totals
+        out.json(doc)
         return
     meta = view.tuple.metadata or {}
     out.console.print(
-        f"[bold]{escape(thread_id)}[/bold] @ {view.checkpoint_id}  step {meta.get('step')}  "
-        f"{meta.get('source', '')}  {view.tuple.checkpoint.get('ts', '')}"
+        Text.assemble(
+            (thread_id, "bold"),
+            f" @ {view.checkpoint_id}  step {meta.get('step')}  {meta.get('source', '')}  ",
+            utc_label(view.tuple.checkpoint.get("ts")),
+        ),
+        no_wrap=True,
+        crop=False,
     )
     for channel, value in view.values.items():
         how = view.reducers.get(channel)
         label = f"[bold]{escape(channel)}[/bold]" + (f" [dim](delta, {how})[/dim]" if how else "")
-        if _is_message_list(value):
-            out.console.print(f"{label}: {len(value)} messages")
+        if channel in totals:
+            total, shown = totals[channel], len(value)
+            which = "first" if head is not None else "last"
+            part = f" ({which} {shown} shown)" if shown < total else ""
+            out.console.print(f"{label}: {total} messages{part}")
             print_messages(out, value)
         else:
             out.console.print(f"{label}: {escape(repr(value))}")
@@ -373,8 +463,18 @@ def show_cmd(
 # -- diff ------------------------------------------------------------------------------------------
 
 
+_UNRESOLVED_HINT = (
+    "its reducer is unknown without your graph; pass --graph MODULE:ATTR "
+    "(e.g. myapp.agent:graph) to compare it"
+)
+
+
 def _diff_json(d: ChannelDiff) -> dict[str, Any]:
     out: dict[str, Any] = {"channel": d.channel, "kind": d.kind}
+    if d.kind == "unresolved":
+        out["sides"] = d.sides
+        out["hint"] = _UNRESOLVED_HINT
+        return out
     if d.added is not None or d.removed is not None:
         out["removed"] = to_jsonable(d.removed or [])
         out["added"] = to_jsonable(d.added or [])
@@ -417,8 +517,17 @@ def diff_cmd(
     A and B are checkpoint ids, unique prefixes of them, or "latest". For
     each channel that differs: messages added, removed or updated (matched
     by id), list items appended or dropped, dict keys changed, or the old and
-    new value. Also says whether B descends from A or forks from it.
+    new value. Also says whether B descends from A or forks from it. A
+    delta channel whose reducer is unknown (not messages; no --graph) is
+    reported as not compared, never as added or removed.
     """
+    from deltalog.engine.cli_state import (
+        diff_states,
+        reconstruct_state,
+        relation,
+        resolve_checkpoint,
+    )
+
     out = Output(as_json)
     graph = load_graph(graph_spec) if graph_spec else None
     with open_saver(path, readonly=True) as saver:
@@ -427,7 +536,11 @@ def diff_cmd(
         va = reconstruct_state(saver, config_for(thread_id, checkpoint_ns, ida), graph)
         vb = reconstruct_state(saver, config_for(thread_id, checkpoint_ns, idb), graph)
         rel = relation(saver, thread_id, checkpoint_ns, ida, idb)
-    diffs = diff_states(va.values, vb.values)
+    unresolved: dict[str, list[str]] = {}
+    for side, view in (("A", va), ("B", vb)):
+        for channel in view.unresolved:
+            unresolved.setdefault(channel, []).append(side)
+    diffs = diff_states(va.values, vb.values, unresolved)
     step_a, step_b = (va.tuple.metadata or {}).get("step"), (vb.tuple.metadata or {}).get("step")
     if as_json:
         out.json(
@@ -456,7 +569,17 @@ def diff_cmd(
 
 
 def _print_diff(out: Output, d: ChannelDiff) -> None:
+    from langchain_core.messages import BaseMessage
+
     name = f"[bold]{escape(d.channel)}[/bold]"
+    if d.kind == "unresolved":
+        where = " and ".join(d.sides or [])
+        out.console.print(
+            f"{name}: [yellow]not compared[/yellow] — a delta channel not rebuilt at {where}; "
+            f"{_UNRESOLVED_HINT}",
+            soft_wrap=True,
+        )
+        return
     if d.kind == "added":
         out.console.print(f"{name}: [green]added[/green] {escape(_short(d.new))}")
         return
@@ -528,11 +651,12 @@ def stats_cmd(path: Path, top: int, as_json: bool) -> None:
     use, and the LMDB map size (it grows automatically). Bars compare bytes.
     """
     out = Output(as_json)
-    with open_saver(path, readonly=True) as saver:
-        threads = saver.threads()
-        channels = saver.channel_stats()
-        store = saver.store.stats()
-        file_bytes = saver.store.file_bytes()
+    with open_store(path) as opened:
+        with opened.read() as txn:
+            threads = txn.thread_summaries()
+            channels = txn.channel_sizes()
+        store = opened.stats()
+        file_bytes = opened.file_bytes()
     channel_rows: list[dict[str, Any]] = []
     for name, c in sorted(
         channels.items(), key=lambda kv: -(kv[1]["blob_bytes"] + kv[1]["write_bytes"])
@@ -608,7 +732,14 @@ def stats_cmd(path: Path, top: int, as_json: bool) -> None:
         ("ratio", "right"),
         ("", "left"),
     ):
-        ctable.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        ctable.add_column(
+            col,
+            justify=justify,  # type: ignore[arg-type]
+            no_wrap=col == "channel",
+            overflow="crop" if not col else "fold",
+        )
+    # Bars shrink on narrow screens, so the names and numbers keep their width.
+    bar_width = 24 if out.console.width >= 110 else 8
     ctop = max((r["stored_bytes"] for r in channel_rows), default=0)
     for r in channel_rows:
         ctable.add_row(
@@ -619,9 +750,9 @@ def stats_cmd(path: Path, top: int, as_json: bool) -> None:
             human_bytes(r["stored_bytes"]),
             human_bytes(r["raw_bytes"]),
             f"{r['compression_ratio']:.2f}×" if r["compression_ratio"] else "-",
-            _bar(r["stored_bytes"], ctop),
+            _bar(r["stored_bytes"], ctop, bar_width),
         )
-    out.console.print(ctable)
+    out.table(ctable)
     ttable = Table(title=f"top {min(top, len(thread_rows))} threads by bytes", title_justify="left")
     for col, justify in (
         ("thread_id", "left"),
@@ -630,7 +761,12 @@ def stats_cmd(path: Path, top: int, as_json: bool) -> None:
         ("bytes", "right"),
         ("", "left"),
     ):
-        ttable.add_column(col, justify=justify)  # type: ignore[arg-type]
+        ttable.add_column(
+            col,
+            justify=justify,  # type: ignore[arg-type]
+            no_wrap=col == "thread_id",
+            overflow="crop" if not col else "fold",
+        )
     ttop = max((int(r["bytes"]) for r in thread_rows), default=0)
     for r in thread_rows[:top]:
         ttable.add_row(
@@ -638,6 +774,6 @@ def stats_cmd(path: Path, top: int, as_json: bool) -> None:
             f"{r['checkpoints']:,}",
             f"{r['writes']:,}",
             human_bytes(int(r["bytes"])),
-            _bar(int(r["bytes"]), ttop),
+            _bar(int(r["bytes"]), ttop, bar_width),
         )
-    out.console.print(ttable)
+    out.table(ttable)

@@ -16,10 +16,16 @@ docs/cli.md documents every field.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
+import shutil
+import sys
+import tempfile
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 from deltalog.engine.cli_common import (
@@ -28,21 +34,24 @@ from deltalog.engine.cli_common import (
     Output,
     OwnerOnlyFile,
     age_option,
-    cli_serde,
     graph_option,
     human_bytes,
     json_option,
     load_graph,
     one_line,
     open_saver,
+    open_store,
     progress_bar,
+    read_stream,
     store_path,
 )
 from deltalog.engine.errors import ImportRecordError
-from deltalog.engine.import_check import check_import
 from deltalog.engine.reports import RemovalReport, VerifyReport
 from rich.markup import escape
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from deltalog.engine.saver import DeltaLogSaver
 
 __all__ = [
     "backup_cmd",
@@ -54,6 +63,7 @@ __all__ = [
     "export_cmd",
     "import_cmd",
     "prune_cmd",
+    "readers_cmd",
     "verify_cmd",
 ]
 
@@ -206,9 +216,34 @@ def verify_cmd(path: Path, thread_ids: tuple[str, ...], deep: bool, as_json: boo
 # -- prune ------------------------------------------------------------------------------------------
 
 
-def _print_removal(out: Output, report: RemovalReport, verb: str) -> None:
+def _prune_note(report: RemovalReport, hidden: int, no_seed: list[str]) -> str | None:
+    """Why a prune kept checkpoints (hidden) instead of freeing them, and the fix; or None.
+
+    ``hidden``: checkpoints of the pruned threads hidden now (by this prune or
+    an earlier one); ``no_seed``: threads whose hidden chain reaches their root.
+    """
+    if report.seeds or not (report.hidden or (hidden and not report.checkpoints)):
+        return None
+    why = (
+        f"thread(s) {', '.join(map(repr, no_seed[:3]))}{' …' if len(no_seed) > 3 else ''} have "
+        "no delta seed yet, so their kept state is rebuilt by replaying every write from the "
+        "first checkpoint"
+        if no_seed
+        else "the kept checkpoints' delta channels are rebuilt by replaying writes back to "
+        "their last seed"
+    )
+    freed = "nothing was freed" if not report.checkpoints else "less was freed"
+    return (
+        f"{freed}: {max(hidden, report.hidden):,} checkpoint(s) stay, hidden, because {why}. "
+        "Re-seed to free them: run the same prune with --graph MODULE:ATTR (your graph, e.g. "
+        "myapp.agent:graph); its reducers write a fresh seed into each kept checkpoint and "
+        "the chain goes"
+    )
+
+
+def _print_removal(out: Output, report: RemovalReport, verb: str, note: str | None = None) -> None:
     if out.as_json:
-        out.json(report.to_dict())
+        out.json({**report.to_dict(), **({"note": note} if note else {})})
         return
     would = "would remove" if report.dry_run else verb
     out.console.print(
@@ -218,6 +253,8 @@ def _print_removal(out: Output, report: RemovalReport, verb: str) -> None:
         + (f"; {report.seeds:,} seeds written" if report.seeds else "")
         + (" [dim](dry run: nothing written)[/dim]" if report.dry_run else "")
     )
+    if note:
+        out.console.print(f"[yellow]note:[/yellow] {escape(note)}", soft_wrap=True)
 
 
 @click.command(
@@ -266,7 +303,8 @@ def prune_cmd(
     older writes keeps the minimal chain back to their seed (hidden from
     history), or, with --graph, gets a fresh seed so the chain can go.
     Combine --keep-last and --older-than to keep the union. LMDB reuses the
-    freed pages; `deltalog compact` returns them to the OS.
+    freed pages; `deltalog compact` returns them to the OS. When a chain has
+    to stay (no seed yet), the report says so and how to re-seed.
     """
     out = Output(as_json)
     if keep_latest and (keep_last is not None or older_than is not None):
@@ -275,6 +313,8 @@ def prune_cmd(
         raise click.UsageError("name the threads to prune, or pass --all (not both)")
     graph = load_graph(graph_spec) if graph_spec else None
     # With --graph, seeds are values read and written back: refuse a type the allowlist blocks.
+    from deltalog.engine.cli_serde import cli_serde
+
     with open_saver(path, create=False, serde=cli_serde(refuse_blocked=graph is not None)) as saver:
         tids = [t.thread_id for t in saver.threads()] if all_threads else list(thread_ids)
         report = saver.prune(
@@ -285,7 +325,20 @@ def prune_cmd(
             reducers=graph,
             dry_run=dry_run,
         )
-    _print_removal(out, report, "removed")
+        hidden, no_seed = (0, []) if dry_run else _hidden_chains(saver, tids)
+    _print_removal(out, report, "removed", _prune_note(report, hidden, no_seed))
+
+
+def _hidden_chains(saver: DeltaLogSaver, thread_ids: list[str]) -> tuple[int, list[str]]:
+    """Hidden checkpoints of the threads, and the threads whose hidden chain reaches
+    their first checkpoint (no seed to stop at)."""
+    hidden, no_seed = 0, []
+    for tid in thread_ids:
+        refs = saver.checkpoint_refs(tid)
+        hidden += sum(h for _, _, _, h in refs)
+        if any(h and parent is None for _, _, parent, h in refs):
+            no_seed.append(tid)
+    return hidden, no_seed
 
 
 # -- copy / delete ------------------------------------------------------------------------------
@@ -409,6 +462,7 @@ def compact_cmd(path: Path, dest: Path, as_json: bool) -> None:
     epilog=_epilog(
         "deltalog backup chat.lmdb /backups/chat-$(date +%F).lmdb",
         "deltalog backup chat.lmdb /backups/chat.lmdb --compact --json",
+        "deltalog backup chat.lmdb - | zstd > chat-data.mdb.zst",
     ),
 )
 @store_path()
@@ -420,15 +474,123 @@ def backup_cmd(path: Path, dest: Path, compact: bool, as_json: bool) -> None:
 
     The copy is one read snapshot: every checkpoint committed before it
     started is in it, none is half in it. Writers are not paused. Open the
-    copy like any store (it is one).
+    copy like any store (it is one). DEST "-" streams the store's data file
+    (data.mdb) to stdout instead: restore it with
+    `mkdir new.lmdb && cp FILE new.lmdb/data.mdb`.
     """
     out = Output(as_json)
+    if str(dest) == "-":
+        if as_json:
+            raise click.UsageError("backup PATH - streams the data file; it has no --json report")
+        _backup_to_stdout(path, compact)
+        return
     with open_saver(path, readonly=True) as saver:
         report = saver.backup(dest, compact=compact)
     if as_json:
         out.json(report.to_dict())
     else:
         out.console.print(f"backed up {path} → {dest} ({human_bytes(report.bytes_after)})")
+
+
+def _backup_to_stdout(path: Path, compact: bool) -> None:
+    """``backup PATH -``: LMDB's hot copy of data.mdb straight into stdout."""
+    stdout = sys.stdout.buffer
+    if stdout.isatty():
+        raise click.UsageError(
+            "backup PATH - writes the binary data file to stdout; redirect it: "
+            "deltalog backup PATH - > data.mdb"
+        )
+    with open_store(path) as store:
+        try:
+            fd = stdout.fileno()
+        except (AttributeError, OSError, ValueError):
+            fd = -1
+        if fd >= 0:
+            stdout.flush()
+            store.copy_to_fd(fd, compact=compact)
+            return
+        # stdout is not a file (an embedding program's buffer): copy, then stream.
+        with tempfile.TemporaryDirectory() as tmp:
+            store.copy_to(Path(tmp) / "copy", compact=compact)
+            with open(Path(tmp) / "copy" / "data.mdb", "rb") as data:
+                shutil.copyfileobj(data, stdout)
+        stdout.flush()
+
+
+@click.command(
+    "readers",
+    short_help="List LMDB reader slots; clear those of dead processes.",
+    context_settings=CONTEXT_SETTINGS,
+    epilog=_epilog(
+        "deltalog readers chat.lmdb",
+        "deltalog readers chat.lmdb --clear",
+        "deltalog readers chat.lmdb --json",
+    ),
+)
+@store_path()
+@click.option(
+    "--clear", is_flag=True, help="Free the slots of processes that died (mdb_reader_check)."
+)
+@json_option
+def readers_cmd(path: Path, clear: bool, as_json: bool) -> None:
+    """List the store's LMDB reader slots: process, thread and the snapshot each pins.
+
+    A read transaction pins the snapshot it started on, so LMDB cannot reuse
+    pages freed after it: a long-lived reader makes the file grow. A slot
+    whose process died is stale: every open of the store frees those (this
+    command says how many it freed), --clear checks again before listing.
+    The same table as `python -m lmdb readers`.
+    """
+    out = Output(as_json)
+    with open_store(path) as store:
+        cleared = int(getattr(store, "stale_readers_cleared", 0))
+        if clear:
+            cleared += store.clear_stale_readers()
+        table = store.readers()
+    me = os.getpid()
+    rows = [
+        {
+            "pid": pid,
+            "thread": thread,
+            "txnid": None if txnid == "-" else int(txnid),
+            "behind": None if txnid == "-" else table["last_txnid"] - int(txnid),
+            "alive": _alive(pid),
+            "this_command": pid == me,
+        }
+        for pid, thread, txnid in table["readers"]
+    ]
+    if as_json:
+        out.json({"last_txnid": table["last_txnid"], "cleared": cleared, "readers": rows})
+        return
+    if cleared:
+        out.console.print(f"cleared {cleared} stale reader slot(s) of processes that died")
+    others = [r for r in rows if not r["this_command"]]
+    if not others:
+        out.console.print(f"no other readers of {path} (last transaction {table['last_txnid']})")
+        return
+    view = Table(title=f"readers of {path} (last transaction {table['last_txnid']})")
+    for col in ("pid", "thread", "snapshot", "behind", "process"):
+        view.add_column(col, no_wrap=True, justify="right" if col != "process" else "left")
+    for r in others:
+        view.add_row(
+            str(r["pid"]),
+            r["thread"],
+            "-" if r["txnid"] is None else str(r["txnid"]),
+            "-" if r["behind"] is None else f"{r['behind']:,}",
+            "alive" if r["alive"] else "gone (stale; --clear frees it)",
+        )
+    out.table(view)
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process with this id exists (on this machine)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 # -- export / import ------------------------------------------------------------------------------
@@ -453,12 +615,19 @@ def backup_cmd(path: Path, dest: Path, compact: bool, as_json: bool) -> None:
     default="-",
     help="Write here instead of stdout (a new file is created 0600).",
 )
-def export_cmd(path: Path, thread_ids: tuple[str, ...], output: IO[str]) -> None:
+@click.option(
+    "--compress",
+    is_flag=True,
+    help="zstd-compress the stream (`deltalog import` reads it as it is; `zstd -d` unpacks it).",
+)
+def export_cmd(path: Path, thread_ids: tuple[str, ...], output: IO[str], compress: bool) -> None:
     """Write threads (all by default) as a portable stream: JSON Lines, format version 1.
 
     Every checkpoint, value and write, exactly as the saver's serializer
     stored it, so `deltalog import` rebuilds identical threads in any store.
-    The format is documented in docs/cli.md.
+    The format is documented in docs/cli.md. JSON Lines with base64 values
+    are several times the stored size: stderr says by how much at the end,
+    and --compress writes the stream zstd-compressed.
     """
     out = Output()
     with open_saver(path, readonly=True) as saver:
@@ -467,15 +636,88 @@ def export_cmd(path: Path, thread_ids: tuple[str, ...], output: IO[str]) -> None
         if missing:
             raise CliError(f"no such thread(s): {', '.join(map(repr, missing))}")
         chosen = list(thread_ids) or list(summaries)
-        total = sum(
-            summaries[t].checkpoints + summaries[t].writes + summaries[t].blobs for t in chosen
-        )
-        with progress_bar(out) as bar:
-            task = bar.add_task("exporting records", total=total)
-            for record in saver.export_records(chosen):
-                output.write(encode_record(record) + "\n")
-                bar.advance(task)
-    output.flush()
+        stored = sum(summaries[t].bytes for t in chosen)
+        with contextlib.ExitStack() as stack:
+            sink = _ExportSink(stack, output, compress)
+            with progress_bar(out) as bar:
+                # Checkpoint records are known in advance; the other records vary.
+                task = bar.add_task(
+                    "exporting checkpoints", total=sum(summaries[t].checkpoints for t in chosen)
+                )
+                for record in saver.export_records(chosen):
+                    sink.write(encode_record(record) + "\n", record["kind"])
+                    if record["kind"] == "checkpoint":
+                        bar.update(
+                            task,
+                            advance=1,
+                            description=f"exporting checkpoints ({human_bytes(sink.plain)})",
+                        )
+    kinds = ", ".join(f"{n:,} {k}" for k, n in sink.counts.items() if k != "header")
+    ratio = f" ({sink.plain / stored:.1f}× the {human_bytes(stored)} stored)" if stored else ""
+    packed = (
+        f"; zstd {human_bytes(sink.packed)} ({sink.packed / sink.plain:.0%} of that)"
+        if compress and sink.plain
+        else "; --compress shrinks it"
+        if not compress
+        else ""
+    )
+    out.err.print(
+        f"exported {sum(sink.counts.values()):,} records ({kinds}): "
+        f"{human_bytes(sink.plain)} of JSON Lines{ratio}{packed}",
+        soft_wrap=True,
+        highlight=False,
+    )
+
+
+class _ExportSink:
+    """Where export lines go (text, or a zstd stream), counting records and bytes."""
+
+    def __init__(self, stack: contextlib.ExitStack, output: IO[str], compress: bool) -> None:
+        self.counts: Counter[str] = Counter()
+        self.plain = 0
+        self._text: IO[str] | None = None if compress else output
+        self._zstd: Any = None
+        self._raw: Any = None
+        if compress:
+            import zstandard
+
+            name = getattr(output, "name", "-")
+            if name in ("-", "<stdout>"):
+                self._raw = sys.stdout.buffer
+            else:
+                self._raw = stack.enter_context(open(name, "wb"))  # noqa: SIM115
+            self._zstd = stack.enter_context(
+                zstandard.ZstdCompressor(level=3).stream_writer(self._raw, closefd=False)
+            )
+        stack.callback(self._flush)
+
+    @property
+    def packed(self) -> int:
+        """Compressed bytes written (0 without --compress)."""
+        return int(self._zstd.tell()) if self._zstd is not None else 0
+
+    def write(self, line: str, kind: str) -> None:
+        data = line.encode("utf-8")
+        self.plain += len(data)
+        self.counts[kind] += 1
+        if self._zstd is not None:
+            self._zstd.write(data)
+        elif self._text is not None:
+            self._text.write(line)
+
+    def _flush(self) -> None:
+        if self._zstd is not None:
+            self._zstd.flush(zstandard_frame_end())
+            self._raw.flush()
+        elif self._text is not None:
+            self._text.flush()
+
+
+def zstandard_frame_end() -> int:
+    """``zstandard.FLUSH_FRAME``: end the frame so the stream is complete."""
+    import zstandard
+
+    return int(zstandard.FLUSH_FRAME)
 
 
 @click.command(
@@ -500,7 +742,10 @@ def import_cmd(path: Path, source: IO[bytes], as_json: bool) -> None:
     out = Output(as_json)
     if source.isatty():
         raise click.UsageError("pass FILE or pipe an export stream: deltalog import PATH < file")
-    records, numbers = _read_lines(source)
+    records, numbers = _read_lines(read_stream(source))
+    from deltalog.engine.cli_serde import cli_serde
+    from deltalog.engine.import_check import check_import
+
     serde = cli_serde()
     try:
         # Validate before the store is opened (or created): a bad stream leaves PATH alone.

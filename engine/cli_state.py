@@ -1,8 +1,10 @@
 """What ``history``, ``show`` and ``diff`` compute, separate from how they print it.
 
-Everything here reads through the saver's public API (``list``,
-``get_tuple``, ``get_writes``, ``get_delta_channel_history``) and
-:class:`deltalog.channels.Reconstructor`; nothing touches the store directly.
+State is read through the saver's public API (``list``, ``get_tuple``,
+``get_writes``, ``get_delta_channel_history``) and
+:class:`deltalog.channels.Reconstructor`; ``history`` reads stored rows
+through the store's read transaction (still serialized), so it never decodes
+a channel value.
 
 Reducers without the user's graph: a channel is a delta channel at a
 checkpoint when its metadata counts updates since a snapshot
@@ -17,16 +19,19 @@ other is reported as *unresolved* with its seed and write count, and
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from deltalog.channels import Reconstructor, messages, read_counters
+from deltalog.engine import keys
 from deltalog.engine.cli_common import CliError, config_for
 from deltalog.engine.saver import DeltaLogSaver
+from deltalog.engine.store_rows import CheckpointRow, StoredValue
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, DeltaChannelHistory
+from langgraph.checkpoint.serde.jsonplus import EXT_DELTA_SNAPSHOT
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.pregel import Pregel
 
@@ -35,6 +40,7 @@ __all__ = [
     "HistoryEntry",
     "StateView",
     "collect_history",
+    "count_checkpoints",
     "diff_states",
     "is_internal",
     "next_nodes",
@@ -155,35 +161,99 @@ class HistoryEntry:
     seed_versions: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        out = asdict(self)
-        del out["seed_versions"]
-        return out
+        """JSON-ready form (shallow copies: the fields hold only strings and numbers)."""
+        return {
+            name: list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v
+            for name, v in vars(self).items()
+            if name != "seed_versions"
+        }
 
 
-def _entry(saver: DeltaLogSaver, tup: CheckpointTuple, hidden: bool) -> HistoryEntry:
-    meta = tup.metadata or {}
-    stored = tup.checkpoint["channel_values"]
+def _ext_code(payload: bytes) -> int | None:
+    """The extension type code of a msgpack payload that is one ext object, else None.
+
+    >>> _ext_code(bytes([0xC7, 3, 7, 1, 2, 3])), _ext_code(bytes([0xD4, 7, 0])), _ext_code(b"\\x90")
+    (7, 7, None)
+    """
+    if len(payload) < 2:
+        return None
+    head = payload[0]
+    at = {0xD4: 1, 0xD5: 1, 0xD6: 1, 0xD7: 1, 0xD8: 1, 0xC7: 2, 0xC8: 3, 0xC9: 5}.get(head)
+    if at is None or len(payload) <= at:
+        return None
+    return payload[at]
+
+
+def _is_snapshot(saver: DeltaLogSaver, value: StoredValue) -> bool:
+    """Whether a stored value is a ``_DeltaSnapshot`` seed, without decoding it when possible.
+
+    LangGraph's serializer writes a seed as one msgpack extension object of
+    type ``EXT_DELTA_SNAPSHOT``: its first bytes say so. Values of other
+    serializers (an encrypted serde) are decoded to tell.
+    """
+    ctype, payload = value.typed
+    if ctype in ("null", "bytes", "bytearray"):
+        return False
+    if ctype == "msgpack":
+        return _ext_code(payload) == EXT_DELTA_SNAPSHOT
+    return isinstance(saver.serde.loads_typed(value.typed), _DeltaSnapshot)
+
+
+class _Stored(dict[str, Any]):
+    """``channel_values`` for :func:`next_nodes`: which channels hold a value, and
+    ``__pregel_tasks`` decoded on demand (the only value it reads)."""
+
+    def __init__(self, saver: DeltaLogSaver, values: Mapping[str, StoredValue]) -> None:
+        super().__init__(dict.fromkeys(values))
+        self._saver, self._values = saver, values
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key == _TASKS and key in self._values:
+            return self._saver.serde.loads_typed(self._values[key].typed)
+        return super().get(key, default)
+
+
+def _entry(saver: DeltaLogSaver, row: CheckpointRow) -> HistoryEntry:
+    """A history entry from a stored row: metadata, envelope and write keys, no channel values.
+
+    Decoded: the metadata, the checkpoint body (versions seen, timestamp) and,
+    when the step scheduled Send packets, ``__pregel_tasks``. Seeds are told
+    from the first bytes of the stored value (:func:`_is_snapshot`).
+    """
+    loads = saver.serde.loads_typed
+    meta = loads(row.metadata) or {}
+    checkpoint: Checkpoint = loads(row.checkpoint)
+    checkpoint["channel_versions"] = dict(row.channel_versions)
+    checkpoint["channel_values"] = _Stored(saver, row.values)
     counters = read_counters(meta)
-    versions = tup.checkpoint["channel_versions"]
-    seeds = {c: versions.get(c) for c, v in stored.items() if isinstance(v, _DeltaSnapshot)}
-    replay = {c: n for c, (n, _) in sorted(counters.items()) if c not in stored}
-    rows = saver.get_writes(tup.config)
-    tasks = list(dict.fromkeys(task_node(w.task_path) for w in rows))
+    versions = row.channel_versions
+    seeds = {c: versions.get(c) for c, v in row.values.items() if _is_snapshot(saver, v)}
+    replay = {c: n for c, (n, _) in sorted(counters.items()) if c not in row.values}
+    tasks = list(dict.fromkeys(task_node(w.task_path) for w in row.writes))
     return HistoryEntry(
-        checkpoint_id=tup.config["configurable"]["checkpoint_id"],
-        parent_id=(tup.parent_config or {}).get("configurable", {}).get("checkpoint_id"),
+        checkpoint_id=row.checkpoint_id,
+        parent_id=row.parent_id,
         step=meta.get("step"),
         source=meta.get("source"),
-        ts=tup.checkpoint.get("ts"),
-        next=next_nodes(tup.checkpoint),
-        writes=dict(Counter(w.channel for w in rows)),
+        ts=checkpoint.get("ts"),
+        next=next_nodes(checkpoint),
+        writes=dict(Counter(w.channel for w in row.writes)),
         tasks=tasks,
         seeds=sorted(seeds),
         replay=replay,
-        hidden=hidden,
+        hidden=row.hidden,
         seed_versions=seeds,
     )
+
+
+def count_checkpoints(saver: DeltaLogSaver, thread_id: str, checkpoint_ns: str = "") -> int:
+    """How many checkpoints (hidden ones included) a (thread, namespace) has: keys only."""
+    with saver.store.read() as r:
+        ids = r.ids(thread_id, checkpoint_ns)
+        if ids is None:
+            return 0
+        prefix = keys.ns_prefix(*ids)
+        return sum(1 for _ in r.iter_checkpoint_keys(prefix, start=None, reverse=True))
 
 
 def collect_history(
@@ -194,6 +264,7 @@ def collect_history(
     include_hidden: bool = False,
     limit: int | None = None,
     graph: Pregel[Any, Any, Any, Any] | None = None,
+    on_entry: Callable[[], None] | None = None,
 ) -> list[HistoryEntry]:
     """The checkpoints of one (thread, namespace) in tree order.
 
@@ -201,31 +272,48 @@ def collect_history(
     indented one level deeper) come right after the fork point and the
     branch that leads to the latest checkpoint continues at the fork's depth.
 
+    Reads metadata, envelopes and write keys only, never a channel value
+    (issue 19: a 6,000-checkpoint thread lists in about a second).
+
     Args:
         saver: The store.
         thread_id: The thread.
         checkpoint_ns: Its namespace.
         include_hidden: Also follow parents into checkpoints hidden by a prune.
-        limit: Only the newest ``limit`` checkpoints.
+        limit: Only the newest ``limit`` checkpoints (hidden ones not counted).
         graph: The user's graph: ``next`` comes from ``graph.get_state``.
+        on_entry: Called after each checkpoint read (progress).
 
     Returns:
         Entries with ``depth`` and ``fork`` set.
     """
-    base = config_for(thread_id, checkpoint_ns)
-    tuples = list(saver.list(base, limit=limit))
-    entries = {e.checkpoint_id: e for e in (_entry(saver, t, False) for t in tuples)}
-    if include_hidden:
-        todo = [e.parent_id for e in entries.values()]
-        while todo:
-            pid = todo.pop()
-            if pid is None or pid in entries:
+    entries: dict[str, HistoryEntry] = {}
+    with saver.store.read() as r:
+        ids = r.ids(thread_id, checkpoint_ns)
+        if ids is None:
+            return []
+        t, n = ids
+        for key, _ in r.iter_checkpoint_keys(keys.ns_prefix(t, n), start=None, reverse=True):
+            if limit is not None and len(entries) >= limit:
+                break
+            row = r.checkpoint(t, n, keys.decode_checkpoint_key(key)[2])
+            if row is None or row.hidden:
                 continue
-            tup = saver.get_tuple(config_for(thread_id, checkpoint_ns, pid))
-            if tup is not None:
-                entry = _entry(saver, tup, True)
-                entries[pid] = entry
-                todo.append(entry.parent_id)
+            entries[row.checkpoint_id] = _entry(saver, row)
+            if on_entry is not None:
+                on_entry()
+        if include_hidden:
+            todo = [e.parent_id for e in entries.values()]
+            while todo:
+                pid = todo.pop()
+                if pid is None or pid in entries:
+                    continue
+                row = r.checkpoint(t, n, pid)
+                if row is not None:
+                    entry = _entry(saver, row)
+                    entry.hidden = True
+                    entries[pid] = entry
+                    todo.append(entry.parent_id)
     for e in entries.values():
         # A seed read at the parent's version was written by an ancestor, not here.
         parent = entries.get(e.parent_id) if e.parent_id is not None else None
@@ -279,34 +367,56 @@ def _tree_order(entries: dict[str, HistoryEntry]) -> list[HistoryEntry]:
 # -- state -----------------------------------------------------------------------------------
 
 
-def _is_message_like(value: Any) -> bool:
-    if isinstance(value, BaseMessage):
-        return True
+# Roles of a ``(role, content)`` pair, as LangChain's ``convert_to_messages``
+# (and deltalog.channels.messages) read them.
+_ROLES = frozenset({"human", "user", "ai", "assistant", "system", "developer", "function", "tool"})
+
+
+def _is_role_pair(value: Any) -> bool:
+    """``("user", "hi")``, stored by the serializer as ``["user", "hi"]``."""
     return (
-        isinstance(value, Mapping) and "content" in value and ("role" in value or "type" in value)
+        isinstance(value, (list, tuple))
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and value[0] in _ROLES
+        and isinstance(value[1], (str, list))
     )
 
 
+def _is_message_like(value: Any) -> bool:
+    """A message, a message dict (``role``/``type`` and ``content``) or a role pair.
+
+    Plain strings are messages too for ``add_messages``, but a list of strings
+    is just as likely another channel: they count only next to these.
+    """
+    if isinstance(value, BaseMessage):
+        return True
+    if isinstance(value, Mapping):
+        return "content" in value and ("role" in value or "type" in value)
+    return _is_role_pair(value)
+
+
 def _message_items(value: Any) -> list[Any] | None:
-    """The items of a write or seed if it is messages, else None."""
+    """The items of a write or seed if it is message-likes (or strings), else None."""
     if isinstance(value, _DeltaSnapshot):
         value = value.value
-    items = list(value) if isinstance(value, (list, tuple)) else [value]
-    return items if all(_is_message_like(i) for i in items) else None
+    if _is_role_pair(value):
+        items = [value]
+    else:
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+    return items if all(isinstance(i, str) or _is_message_like(i) for i in items) else None
 
 
 def _is_message_history(history: DeltaChannelHistory) -> bool:
+    """Every seed item and write is message-like, and at least one is more than a string."""
     found = False
-    if "seed" in history:
-        items = _message_items(history["seed"])
-        if items is None:
-            return False
-        found = bool(items)
-    for _, _, value in history["writes"]:
+    values = [history["seed"]] if "seed" in history else []
+    values += [value for _, _, value in history["writes"]]
+    for value in values:
         items = _message_items(value)
         if items is None:
             return False
-        found = found or bool(items)
+        found = found or any(not isinstance(i, str) for i in items)
     return found
 
 
@@ -470,13 +580,16 @@ class ChannelDiff:
 
     Attributes:
         channel: Channel name.
-        kind: ``added`` (only in B), ``removed`` (only in A) or ``changed``.
+        kind: ``added`` (only in B), ``removed`` (only in A), ``changed``, or
+            ``unresolved`` (a delta channel rebuilt on neither side or one: its
+            reducer is unknown without ``--graph``, so nothing is compared).
         old: A's value (None when added).
         new: B's value (None when removed).
         removed: For lists: items of A not in B (messages matched by id).
         added: For lists: items of B not in A.
         updated: For message lists: messages of B whose id is in A with other content.
         keys: For dicts: ``{"added": [...], "removed": [...], "changed": [...]}``.
+        sides: For ``unresolved``: the sides (``"A"``, ``"B"``) it is unresolved on.
     """
 
     channel: str
@@ -487,6 +600,7 @@ class ChannelDiff:
     added: list[Any] | None = None
     updated: list[Any] | None = None
     keys: dict[str, list[str]] | None = None
+    sides: list[str] | None = None
 
 
 def _message_ids(values: Sequence[Any]) -> list[str] | None:
@@ -510,15 +624,35 @@ def _list_diff(d: ChannelDiff, old: Sequence[Any], new: Sequence[Any]) -> None:
     d.removed, d.added = list(old[prefix:]), list(new[prefix:])
 
 
-def diff_states(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[ChannelDiff]:
+def diff_states(
+    old: Mapping[str, Any],
+    new: Mapping[str, Any],
+    unresolved: Mapping[str, list[str]] | None = None,
+) -> list[ChannelDiff]:
     """Per channel, what changed from ``old`` to ``new`` (unchanged channels are left out).
+
+    ``unresolved`` maps channels rebuilt on neither side or only one to those
+    sides: they are reported as ``unresolved``, never as added or removed.
 
     >>> [(d.channel, d.kind, d.added) for d in diff_states({"a": [1, 2]}, {"a": [1, 2, 3], "b": 0})]
     [('a', 'changed', [3]), ('b', 'added', None)]
+    >>> [(d.channel, d.kind, d.sides) for d in diff_states({}, {"m": [1]}, {"m": ["A"]})]
+    [('m', 'unresolved', ['A'])]
     """
     out: list[ChannelDiff] = []
-    for channel in sorted(set(old) | set(new)):
-        if channel not in new:
+    unresolved = unresolved or {}
+    for channel in sorted(set(old) | set(new) | set(unresolved)):
+        if channel in unresolved:
+            out.append(
+                ChannelDiff(
+                    channel,
+                    "unresolved",
+                    old=old.get(channel),
+                    new=new.get(channel),
+                    sides=list(unresolved[channel]),
+                )
+            )
+        elif channel not in new:
             out.append(ChannelDiff(channel, "removed", old=old[channel]))
         elif channel not in old:
             out.append(ChannelDiff(channel, "added", new=new[channel]))

@@ -2253,6 +2253,7 @@ class Store:
             self.env.close()
             raise
         stale = self.env.reader_check()
+        self.stale_readers_cleared = stale  # for `deltalog readers`
         if stale:
             logger.info("cleared %d stale LMDB reader slots in %s", stale, self.path)
         try:
@@ -3026,6 +3027,34 @@ class Store:
             with contextlib.suppress(OSError):
                 os.unlink(partial)
         _fsync_dir(dest)
+
+    def readers(self) -> dict[str, Any]:
+        """LMDB's reader table (``mdb_reader_list``) and the newest transaction id.
+
+        Returns:
+            ``{"last_txnid": n, "readers": [(pid, thread, txnid), ...]}``; a
+            slot's ``txnid`` is the snapshot it pins, ``"-"`` when idle.
+        """
+        self._check_pid()
+        rows: list[tuple[int, str, str]] = []
+        for line in self.env.readers().splitlines()[1:]:
+            parts = line.split()
+            if len(parts) == 3 and parts[0].isdigit():
+                rows.append((int(parts[0]), parts[1], parts[2]))
+        return {"last_txnid": int(self.env.info()["last_txnid"]), "readers": rows}
+
+    def clear_stale_readers(self) -> int:
+        """Free the reader slots of processes that died (``mdb_reader_check``); how many."""
+        self._check_pid()
+        return int(self.env.reader_check())
+
+    def copy_to_fd(self, fd: int, *, compact: bool = False) -> None:
+        """Consistent hot copy of the data file (``data.mdb``) written to file descriptor ``fd``."""
+        self._check_pid()
+        try:
+            self.env.copyfd(fd, compact=compact)
+        except lmdb.Error as exc:
+            raise _translate(exc, f"file descriptor {fd}") from exc
 
     def stats(self) -> dict[str, Any]:
         """Entry and page counts per named database plus map figures."""

@@ -21,6 +21,7 @@ LAYERS: dict[str, str] = {
     "deltalog.engine.__main__": "cli",
     "deltalog.engine.cli": "cli",
     "deltalog.engine.cli_common": "cli",
+    "deltalog.engine.cli_serde": "cli",
     "deltalog.engine.cli_inspect": "cli",
     "deltalog.engine.cli_ops": "cli",
     "deltalog.engine.cli_state": "cli",
@@ -38,6 +39,8 @@ LAYERS: dict[str, str] = {
     "deltalog.engine.codec": "format",
     "deltalog.engine.core": "format",
     "deltalog.engine.import_check": "format",
+    "deltalog.engine.names": "format",
+    "deltalog.engine.migrations": "format",
     # plain rows and the errors
     "deltalog.engine.store_rows": "rows",
     "deltalog.engine.errors": "rows",
