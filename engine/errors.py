@@ -27,6 +27,7 @@ __all__ = [
     "ParentCycleError",
     "ReadOnlyStoreError",
     "ReducerMismatchError",
+    "ReentrantWriteError",
     "SerdeMismatchError",
     "StoreClosedError",
     "StoreFullError",
@@ -169,3 +170,8 @@ class GroupCommitOffError(DeltaLogError):
 class OptionError(InvalidInputError):
     """A constructor option is out of range (a negative cache or memo budget, a negative
     compression threshold); the message names the option and its value."""
+
+
+class ReentrantWriteError(DeltaLogError):
+    """A write was asked for from inside a write transaction of the same store (a
+    callback such as a prune reducer writing to the saver); it would wait for itself."""

@@ -56,6 +56,7 @@ from deltalog.engine.errors import (
     NotAStoreError,
     ParentCycleError,
     ReadOnlyStoreError,
+    ReentrantWriteError,
     StoreClosedError,
     StoreFullError,
     StoreOpenError,
@@ -96,6 +97,9 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: The stores whose write op this thread is running (a write asked for from
+#: inside one would wait for itself: Store._check_writable refuses it).
+_IN_WRITE_OP: Final = threading.local()
 _DBS: Final = ("meta", "names", "names_rev", "checkpoints", "writes", "blobs", "runs")
 _UNSUPPORTED_FS: Final = frozenset(
     {"nfs", "nfs4", "cifs", "smb", "smb2", "smbfs", "9p", "fuse.sshfs", "afs"}
@@ -2410,6 +2414,14 @@ class Store:
         self._check_pid()
         if self.readonly:
             raise ReadOnlyStoreError(f"store {self.path!r} was opened read-only")
+        if self in getattr(_IN_WRITE_OP, "stores", ()):
+            # LMDB has one write transaction at a time: waiting here for the next
+            # one, inside the current one, would wait forever.
+            raise ReentrantWriteError(
+                f"a write to store {self.path!r} was asked for from inside one of its own "
+                "write transactions (e.g. a reducer passed to prune, or an embedder, that "
+                "writes to the same saver or store); write after the operation returns"
+            )
 
     def _check_pid(self) -> None:
         if self._closed:
@@ -2852,6 +2864,8 @@ class Store:
                         before_commit()
                         before_commit = None
                     wtxns.append(WriteTxn(self, txn, names))
+                    running = _IN_WRITE_OP.__dict__.setdefault("stores", set())
+                    running.add(self)
                     try:
                         req.value = req.op(wtxns[-1])
                     except lmdb.MapFullError:
@@ -2862,6 +2876,8 @@ class Store:
                         )
                         req.done, failed = True, req
                         break
+                    finally:
+                        running.discard(self)
                 if failed is not None:
                     # The ops share one transaction: drop it with what the failed op
                     # wrote, and run the others again without it. (A nested
