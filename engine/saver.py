@@ -881,6 +881,8 @@ class DeltaLogSaver(
             if report.dry_run:
                 with self.store.read() as r:
                     for g, plan in plans:
+                        if plan.seeds:
+                            self._seed_rows(r, g, plan, specs=specs)  # the same refusal
                         counts = r.measure(g.t, g.n, plan, g.versions)
                         counts["hidden"] = len(plan.hide)
                         counts["seeds"] = sum(len(c) for c in plan.seeds.values())

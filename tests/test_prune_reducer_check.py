@@ -64,9 +64,10 @@ def test_prune_with_a_wrong_reducer_is_refused_and_changes_nothing(
     state = observe(graph.get_state(cfg("t")))
     before = dump(saver)
     for reducers in (wrong_graph(), {"messages": append}):
-        with pytest.raises(ReducerMismatchError, match=r"channel 'messages'.*nothing was deleted"):
-            saver.prune(["t"], reducers=reducers)
-        assert dump(saver) == before
+        for dry_run in (True, False):
+            with pytest.raises(ReducerMismatchError, match=r"channel 'messages'.*nothing was"):
+                saver.prune(["t"], reducers=reducers, dry_run=dry_run)
+            assert dump(saver) == before
     assert observe(graph.get_state(cfg("t"))) == state
     report = saver.prune(["t"], reducers=graph)
     assert report.seeds == 1 and report.checkpoints > 0
