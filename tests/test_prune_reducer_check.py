@@ -75,6 +75,22 @@ def test_prune_with_a_wrong_reducer_is_refused_and_changes_nothing(
     assert saver.verify().ok
 
 
+def test_a_reducer_that_fails_on_the_history_is_refused_the_same_way(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """A reducer raising on the stored writes gives ReducerMismatchError naming it, not its own exception."""
+    saver = make_saver()
+    chat_with_edits(saver, 4)
+    before = dump(saver)
+
+    def failing(state: Any, writes: Any) -> Any:
+        raise KeyError("no such message")
+
+    with pytest.raises(ReducerMismatchError, match=r"'messages' \(failing\) fails.*KeyError"):
+        saver.prune(["t"], reducers={"messages": failing})
+    assert dump(saver) == before
+
+
 def test_delete_for_runs_with_a_wrong_reducer_is_refused(
     make_saver: Callable[..., DeltaLogSaver],
 ) -> None:
