@@ -907,6 +907,8 @@ class DeltaLogSaver(
             if report.dry_run:
                 with self.store.read() as r:
                     for g, plan in plans:
+                        if plan.seeds:
+                            self._seed_rows(r, g, plan, specs=specs)  # the same refusal
                         counts = r.measure(g.t, g.n, plan, g.versions)
                         counts["hidden"] = len(plan.hide)
                         counts["seeds"] = sum(len(c) for c in plan.seeds.values())
@@ -998,8 +1000,17 @@ class DeltaLogSaver(
             if not history[1]:
                 continue
             checked += 1
-            want = replay_history({"writes": [], "seed": self._load(stored)}, spec)
-            got = replay_history(self._decoded(*history), spec)
+            try:
+                want = replay_history({"writes": [], "seed": self._load(stored)}, spec)
+                got = replay_history(self._decoded(*history), spec)
+            except Exception as exc:  # a reducer of another shape may fail on this data
+                raise ReducerMismatchError(
+                    f"prune: the reducer given for channel {channel!r} ({_reducer_name(spec)}) "
+                    f"fails on the history of checkpoint {node.checkpoint_id} of thread "
+                    f"{g.thread_id!r} (namespace {g.checkpoint_ns!r}): {type(exc).__name__}: "
+                    f"{exc}. Pass the graph that wrote the thread (its reducers), or prune "
+                    "without reducers to keep the chain; nothing was deleted"
+                ) from exc
             if got != want:
                 raise ReducerMismatchError(
                     f"prune: the reducer given for channel {channel!r} ({_reducer_name(spec)}) does not "
@@ -1450,7 +1461,7 @@ def _apply_plans(
 def _reducer_name(spec: Any) -> str:
     """How an error names a channel's reducer (a DeltaChannel names its own)."""
     reducer = getattr(spec, "reducer", spec)
-    name = getattr(reducer, "__qualname__", None)
+    name = getattr(reducer, "__name__", None)
     return name if isinstance(name, str) else f"{reducer!r:.60}"
 
 
@@ -1459,7 +1470,7 @@ def _difference(got: Any, want: Any) -> str:
     if isinstance(got, list) and isinstance(want, list):
         if len(got) != len(want):
             return f"{len(got)} items where the graph stored {len(want)}"
-        i = next(i for i, (a, b) in enumerate(zip(got, want, strict=True)) if a != b)
+        i = next((i for i, (a, b) in enumerate(zip(got, want, strict=True)) if a != b), 0)
         return f"item {i} {got[i]!r:.80} where the graph stored {want[i]!r:.80}"
     return f"{got!r:.80} where the graph stored {want!r:.80}"
 

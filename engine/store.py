@@ -143,8 +143,9 @@ MAX_WALK: Final = 1_000_000
 # verify_tables resumes a database walk after LMDB damage at most this often.
 _VERIFY_RESTARTS: Final = 10_000
 # Ancestors an ordinary put (new id above its parent's) checks for a parent
-# cycle: short loops crafted by two or three puts; see WriteTxn._refuse_cycle.
-_QUICK_CYCLE_STEPS: Final = 4
+# cycle: a loop of two puts naming each other. About 2 µs per step on the
+# 2-core VM, against 75 µs for a whole non-durable put; see _refuse_cycle.
+_QUICK_CYCLE_STEPS: Final = 2
 
 
 @dataclass
@@ -1818,7 +1819,7 @@ class WriteTxn(ReadTxn):
         * a parent equal to the checkpoint is refused at once;
         * a put whose parent key is below its own key and whose id is new (every
           put the runtime makes: uuid6 ids grow with time) walks at most
-          ``_QUICK_CYCLE_STEPS`` (4) ancestors, so the cost stays constant;
+          ``_QUICK_CYCLE_STEPS`` (2) ancestors, so the cost stays constant;
         * any other put (a parent key above its own, or an id that is stored
           already and is being re-written) walks the parent chain from the
           parent up to the root or a missing record, refusing when it reaches
@@ -1850,25 +1851,26 @@ class WriteTxn(ReadTxn):
             latest is None or latest < key or self.txn.get(key, db=self.dbs.checkpoints) is None
         ):
             limit = _QUICK_CYCLE_STEPS
-        chain = [checkpoint_id]
+        chain = [key]  # keys: ids are decoded only for the error
         seen: set[bytes] = set()
         while cursor is not None and (limit is None or len(seen) < limit):
             pkey = prefix + cursor
             if pkey == key:
-                loop = " -> ".join([*chain, checkpoint_id])
+                loop = " -> ".join(keys.decode_checkpoint_key(k)[2] for k in [*chain, key])
                 raise ParentCycleError(
                     f"put: checkpoint {checkpoint_id!r} of thread {thread_id!r} would become its "
                     f"own ancestor ({loop}); pass the config of a checkpoint that does not "
                     "descend from it as the parent. Nothing was written"
                 )
             if pkey in seen:
-                raise self._cycle(t, n, chain[-1], pkey)
+                raise self._cycle(t, n, keys.decode_checkpoint_key(chain[-1])[2], pkey)
             seen.add(pkey)
             raw = self.txn.get(pkey, db=self.dbs.checkpoints)
             if raw is None:
                 return
-            chain.append(keys.decode_checkpoint_key(pkey)[2])
-            cursor = _parent_in(_parent_out(self._envelope(pkey, raw)[0]))
+            chain.append(pkey)
+            parent = self._envelope(pkey, raw)[0]
+            cursor = keys.encode_id(parent) if isinstance(parent, str) else parent
 
     def put_writes(
         self,
