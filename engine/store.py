@@ -1823,8 +1823,12 @@ class Store:
             order (docs/operations.md).
         codec: The record codec.
         group_commit: Concurrent writers share one transaction and one fsync.
-        readonly: Open without write access (inspection).
-        max_readers: LMDB reader slots (concurrent read transactions, all processes).
+        readonly: Open without write access (inspection). Creates and changes
+            nothing: a path that holds no deltalog store raises
+            :class:`NotAStoreError`; without write access to ``lock.mdb``
+            (or with none), a store no process has open is read without it.
+        max_readers: LMDB reader slots (concurrent read transactions, all
+            processes); a read that finds none free waits for one (``READER_WAIT``).
         delta_blobs: Store large channel values as deltas of their previous
             version (see :meth:`WriteTxn.put_blob`).
         memo_entries: Delta histories remembered per process (see
