@@ -24,6 +24,7 @@ import contextlib
 import errno
 import fcntl
 import importlib
+import itertools
 import logging
 import os
 import shutil
@@ -2007,15 +2008,18 @@ class Store:
         """
         try:
             with self.env.begin() as txn:
-                named = [bytes(k) for k in txn.cursor().iternext(values=False)]
-            if b"meta" not in named:
+                has_meta = txn.get(b"meta") is not None
+                # A few names for the message (a foreign main database may be huge).
+                listed = txn.cursor().iternext(values=False)
+                named = [bytes(k) for k in itertools.islice(listed, 8)]
+            if not has_meta:
                 if not named and not self.readonly:
                     return
                 why = (
                     "an empty LMDB environment"
                     if not named
                     else "another application's LMDB environment (databases: "
-                    + ", ".join(repr(k.decode("utf-8", "replace")) for k in named[:8])
+                    + ", ".join(repr(k.decode("utf-8", "replace")) for k in named)
                     + ")"
                 )
                 raise NotAStoreError(
