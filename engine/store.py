@@ -24,6 +24,7 @@ import contextlib
 import errno
 import fcntl
 import importlib
+import itertools
 import logging
 import os
 import shutil
@@ -2150,8 +2151,12 @@ class Store:
             order (docs/operations.md).
         codec: The record codec.
         group_commit: Concurrent writers share one transaction and one fsync.
-        readonly: Open without write access (inspection).
-        max_readers: LMDB reader slots (concurrent read transactions, all processes).
+        readonly: Open without write access (inspection). Creates and changes
+            nothing: a path that holds no deltalog store raises
+            :class:`NotAStoreError`; without write access to ``lock.mdb``
+            (or with none), a store no process has open is read without it.
+        max_readers: LMDB reader slots (concurrent read transactions, all
+            processes); a read that finds none free waits for one (``READER_WAIT``).
         delta_blobs: Store large channel values as deltas of their previous
             version (see :meth:`WriteTxn.put_blob`).
         memo_entries: Delta histories remembered per process (see
@@ -2332,15 +2337,18 @@ class Store:
         """
         try:
             with self.env.begin() as txn:
-                named = [bytes(k) for k in txn.cursor().iternext(values=False)]
-            if b"meta" not in named:
+                has_meta = txn.get(b"meta") is not None
+                # A few names for the message (a foreign main database may be huge).
+                listed = txn.cursor().iternext(values=False)
+                named = [bytes(k) for k in itertools.islice(listed, 8)]
+            if not has_meta:
                 if not named and not self.readonly:
                     return
                 why = (
                     "an empty LMDB environment"
                     if not named
                     else "another application's LMDB environment (databases: "
-                    + ", ".join(repr(k.decode("utf-8", "replace")) for k in named[:8])
+                    + ", ".join(repr(k.decode("utf-8", "replace")) for k in named)
                     + ")"
                 )
                 raise NotAStoreError(
