@@ -109,7 +109,7 @@ class DeltaLogGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.ClickException, BrokenPipeError):
+        except (click.ClickException, click.exceptions.Exit, click.Abort, BrokenPipeError):
             raise
         except self.user_errors as exc:
             if ctx.meta.get("deltalog.traceback"):

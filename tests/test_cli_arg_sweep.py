@@ -105,7 +105,7 @@ def sweep_cases(command: str, places: dict[str, Path], tmp: Path) -> list[list[s
     store = places["store"]
     # Bare `bench` runs the benchmark and bare `demo` writes ./deltalog-demo.lmdb: not odd.
     bare = [] if command in ("bench", "demo") else [[command]]
-    cases: list[list[str]] = [*bare, [command, "--no-such-option"]]
+    cases: list[list[str]] = [*bare, [command, "--no-such-option"], [command, "--help"]]
     takes_path = any(p.name == "path" for p in cmd.params)
     if takes_path:
         for place in ("nonexistent", "empty", "zero", "garbage", "file"):
