@@ -298,9 +298,6 @@ def config_for(
     return {"configurable": conf}
 
 
-# -- the store and the user's graph ------------------------------------------------------
-
-
 # -- the serializer of CLI reads (issue 15.14, 15.16) ---------------------------------------
 
 TRUSTED_ENV = "DELTALOG_TRUSTED"
@@ -380,8 +377,11 @@ def make_serde(
     """
     if spec:
         obj = import_attr(spec, "--serde")
-        if not hasattr(obj, "loads_typed") and callable(obj):
-            obj = obj()
+        if isinstance(obj, type) or (not hasattr(obj, "loads_typed") and callable(obj)):
+            try:
+                obj = obj()  # a serializer class, or a factory
+            except Exception as exc:
+                raise CliError(f"--serde {spec!r}: calling it failed: {one_line(exc)}") from exc
         if not (hasattr(obj, "loads_typed") and hasattr(obj, "dumps_typed")):
             raise CliError(
                 f"--serde {spec!r} is a {type(obj).__name__}; point it at a serializer "
@@ -409,6 +409,9 @@ def cli_serde(*, refuse_blocked: bool = False) -> SerializerProtocol:
         spec=meta.get("deltalog.serde"),
         refuse_blocked=refuse_blocked,
     )
+
+
+# -- the store and the user's graph ------------------------------------------------------
 
 
 @contextlib.contextmanager
