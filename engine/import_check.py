@@ -150,6 +150,8 @@ class _Checker:
                 "load; import into a store opened with a serde that does, or re-export from the "
                 "source store"
             )
+        if body and tag in _JSONPLUS_TYPES - {"msgpack", "json"}:
+            raise self.fail(f"{name} has type {tag!r}: a body must be a mapping")
         parsed: Any = None
         try:
             if tag == "msgpack":
