@@ -21,12 +21,16 @@ import builtins
 import functools
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import uuid
 from collections.abc import (
     AsyncIterator,
+    Awaitable,
     Callable,
     Collection,
+    Generator,
     Iterable,
     Iterator,
     Mapping,
@@ -70,7 +74,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
-__all__ = ["DeltaLogSaver"]
+__all__ = ["MEMORY", "DeltaLogSaver", "SaverContext"]
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -85,6 +89,8 @@ _LIST_CHUNK = 32
 # such as enums go to blobs). The same set LangGraph's PostgresSaver keeps in
 # its checkpoint row; lists and dicts (growing values, delta seeds) never.
 _SCALARS: Final = frozenset({type(None), bool, int, float, str})
+# The path that opens a temporary store, as SQLite's ":memory:" database.
+MEMORY: Final = ":memory:"
 
 
 class DeltaLogSaver(
@@ -119,6 +125,17 @@ class DeltaLogSaver(
         owns_store: bool = True,
         cache_bytes: int = 64 * 1024**2,
     ) -> None:
+        if not isinstance(store, Store):
+            hint = (
+                f"DeltaLogSaver.from_path({store!r}) opens a store at a path (or use "
+                f"`with DeltaLogSaver.from_conn_string({store!r}) as saver:`)"
+                if isinstance(store, (str, bytes, os.PathLike))
+                else "pass a deltalog.engine.Store, or open a path with DeltaLogSaver.from_path"
+            )
+            raise TypeError(
+                f"DeltaLogSaver() takes an open Store, not {type(store).__name__} {store!r:.80}; "
+                + hint
+            )
         super().__init__(serde=serde)
         self.store = store
         self.owns_store = owns_store
@@ -126,6 +143,7 @@ class DeltaLogSaver(
         self.history_copies = HistoryCopies()
         self._executor: ThreadPoolExecutor | None = None
         self._shared = False
+        self._temp_dir: str | None = None  # the folder of a ":memory:" store
 
     @classmethod
     def from_path(
@@ -143,7 +161,10 @@ class DeltaLogSaver(
         """Open (or create) the store at ``path`` and return a saver over it.
 
         Args:
-            path: Folder of the store; created with mode 0700 if missing.
+            path: Folder of the store; created with mode 0700 if missing. A
+                leading ``~`` is expanded. ``":memory:"`` opens a new temporary
+                store (like SQLite's in-memory database: private to this saver)
+                whose folder is deleted when the saver closes.
             serde: Serializer; LangGraph's default when None.
             durable: fsync every commit (default). ``False`` trades the last
                 commits before a machine crash for speed (see docs/operations.md).
@@ -164,10 +185,57 @@ class DeltaLogSaver(
             "compress_threshold": compress_threshold,
             "group_commit": group_commit,
         }
-        store = _open_shared(path, options)
+        temp_dir = None
+        if os.fspath(path) == MEMORY:
+            temp_dir = tempfile.mkdtemp(prefix="deltalog-memory-")
+            path = temp_dir
+        else:
+            path = os.path.expanduser(os.fspath(path))
+        try:
+            store = _open_shared(path, options)
+        except BaseException:
+            if temp_dir is not None:
+                shutil.rmtree(temp_dir, ignore_errors=True)
+            raise
         saver = cls(store, serde=serde, cache_bytes=cache_bytes)
         saver._shared = True
+        saver._temp_dir = temp_dir
         return saver
+
+    @classmethod
+    def from_conn_string(cls, conn_string: str | os.PathLike[str], **options: Any) -> SaverContext:
+        """Open the store at a path for a ``with`` or ``async with`` block, like ``SqliteSaver``.
+
+        The store opens on entering the block and closes on leaving it.
+        ``async with`` opens and closes it in a worker thread, so code written
+        for ``AsyncSqliteSaver.from_conn_string`` or
+        ``AsyncPostgresSaver.from_conn_string`` works unchanged.
+
+        Example:
+            >>> with DeltaLogSaver.from_conn_string("~/chat.lmdb") as saver:  # doctest: +SKIP
+            ...     graph = builder.compile(checkpointer=saver)
+
+        Args:
+            conn_string: The store's folder, as for :meth:`from_path` (``~``
+                expanded; ``":memory:"`` is a temporary store).
+            **options: Keyword arguments of :meth:`from_path` (``serde``,
+                ``durable``, ...).
+
+        Returns:
+            A context manager (sync and async) that yields an open saver.
+        """
+        return SaverContext(cls, conn_string, options)
+
+    def setup(self) -> Awaitable[None]:
+        """Nothing to set up: the store creates its databases when it opens.
+
+        Kept for code written for ``PostgresSaver`` / ``AsyncPostgresSaver``:
+        both ``saver.setup()`` and ``await saver.setup()`` work.
+        """
+        return _DONE
+
+    async def asetup(self) -> None:
+        """Nothing to set up (see :meth:`setup`)."""
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -181,6 +249,9 @@ class DeltaLogSaver(
             _release_shared(self.store)
         elif self.owns_store:
             self.store.close()
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
 
     def __enter__(self) -> DeltaLogSaver:
         return self
@@ -1171,6 +1242,62 @@ class DeltaLogSaver(
     ) -> Mapping[str, DeltaChannelHistory]:
         """Async :meth:`get_delta_channel_history` (one short read, run inline)."""
         return self.get_delta_channel_history(config=config, channels=channels)
+
+
+class SaverContext(
+    AbstractContextManager["DeltaLogSaver"], AbstractAsyncContextManager["DeltaLogSaver"]
+):
+    """What :meth:`DeltaLogSaver.from_conn_string` returns: opens on enter, closes on exit."""
+
+    def __init__(
+        self, cls: type[DeltaLogSaver], path: str | os.PathLike[str], options: dict[str, Any]
+    ) -> None:
+        self._cls = cls
+        self._path = path
+        self._options = options
+        self._saver: DeltaLogSaver | None = None
+
+    def __enter__(self) -> DeltaLogSaver:
+        self._saver = self._cls.from_path(self._path, **self._options)
+        return self._saver
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        saver, self._saver = self._saver, None
+        if saver is not None:
+            saver.close()
+
+    async def __aenter__(self) -> DeltaLogSaver:
+        # Opening may create files, run migrations and fsync: not on the loop.
+        self._saver = await asyncio.to_thread(self._cls.from_path, self._path, **self._options)
+        return self._saver
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        saver, self._saver = self._saver, None
+        if saver is not None:
+            await asyncio.to_thread(saver.close)
+
+
+class _Done:
+    """An awaitable that is already done: what the no-op :meth:`DeltaLogSaver.setup` returns."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield  # a generator that finishes at once
+
+
+_DONE: Final = _Done()
 
 
 def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str | None) -> RunnableConfig:
