@@ -121,6 +121,10 @@ class DeltaLogSaver(
         owns_store: Close the store when the saver closes.
         cache_bytes: Memory for decoded channel values (seeds above all); 0
             turns the cache off. Readers always get private copies.
+
+    Raises:
+        TypeError: ``store`` is not a Store; for a path, the message names
+            :meth:`from_path` and :meth:`from_conn_string`.
     """
 
     def __init__(
