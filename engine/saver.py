@@ -1337,6 +1337,9 @@ class _Done:
 
     __slots__ = ()
 
+    def __repr__(self) -> str:  # what a REPL echoes after saver.setup()
+        return "<deltalog: nothing to set up>"
+
     def __await__(self) -> Generator[Any, None, None]:
         return
         yield  # a generator that finishes at once
