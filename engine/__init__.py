@@ -18,6 +18,7 @@ from deltalog.engine.errors import (
     StoreOpenError,
     ThreadExistsError,
 )
+from deltalog.engine.memory import DeltaLogStore
 from deltalog.engine.saver import DeltaLogSaver
 from deltalog.engine.store import Store
 
@@ -28,6 +29,7 @@ __all__ = [
     "DeltaChainError",
     "DeltaLogError",
     "DeltaLogSaver",
+    "DeltaLogStore",
     "FormatVersionError",
     "InvalidInputError",
     "KeyTooLongError",

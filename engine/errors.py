@@ -8,15 +8,20 @@ so callers never need to import ``lmdb``.
 
 from __future__ import annotations
 
+from langgraph.store.base import InvalidNamespaceError
+
 __all__ = [
     "ConfigError",
     "CorruptRecordError",
     "DamagedKeyError",
     "DeltaChainError",
     "DeltaLogError",
+    "EmbeddingError",
     "FormatVersionError",
     "InvalidInputError",
+    "ItemValueError",
     "KeyTooLongError",
+    "NamespaceError",
     "StoreFullError",
     "StoreOpenError",
     "ThreadExistsError",
@@ -70,3 +75,18 @@ class CorruptRecordError(DeltaLogError):
 class DamagedKeyError(CorruptRecordError, ValueError):
     """Stored key bytes do not decode (LMDB keeps no checksums, so a damaged key is
     found only when it is read). A ``ValueError`` too, as the key decoders raised before."""
+
+
+class NamespaceError(InvalidInputError, InvalidNamespaceError):
+    """A memory store namespace (or a prefix/suffix pattern) is invalid: empty, a
+    label that is not a non-empty string, holds a period or NUL, or a root label
+    ``"langgraph"``. Also LangGraph's ``InvalidNamespaceError``, as the contract says."""
+
+
+class ItemValueError(InvalidInputError):
+    """A memory item's key, value, filter, TTL or index field list cannot be stored."""
+
+
+class EmbeddingError(InvalidInputError):
+    """The memory store's embedder raised, or returned the wrong number of vectors or
+    dimensions; nothing was written."""
