@@ -165,7 +165,8 @@ async def test_async_embedder(tmp_path: Path) -> None:
     async def aembed(texts: list[str]) -> list[list[float]]:
         return [embed_one(t) for t in texts]
 
-    with DeltaLogStore.from_path(tmp_path / "a", index={"dims": DIMS, "embed": aembed}) as s:
+    index: Any = {"dims": DIMS, "embed": aembed}
+    with DeltaLogStore.from_path(tmp_path / "a", index=index) as s:
         await s.aput(("d",), "k", {"text": "hello"})
         await s.aput(("d",), "j", {"text": "other"})
         got = await s.asearch(("d",), query='{"text": "hello"}')
