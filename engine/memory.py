@@ -197,19 +197,10 @@ class DeltaLogStore(BaseStore):
     ) -> DeltaLogStore:
         """A store on the environment an open saver uses (one file for both).
 
-        The environment stays open until both the saver and this store closed.
+        The store borrows the environment: it is usable while the saver is
+        open, and closing it leaves the saver's environment open.
         """
-        from deltalog.engine import saver as saver_module
-
-        env = saver.store
-        out = cls(env, index=index, ttl=ttl, clock=clock)
-        with saver_module._SHARED_LOCK:
-            for real, (shared, options, refs) in saver_module._SHARED.items():
-                if shared is env:
-                    saver_module._SHARED[real] = (shared, options, refs + 1)
-                    out._shared = True
-                    break
-        return out
+        return cls(saver.store, index=index, ttl=ttl, clock=clock)
 
     def close(self) -> None:
         """Stop the sweeper and release the environment (closed with its last user)."""

@@ -307,7 +307,8 @@ def check_ttl(ttl: Any, what: str) -> float | None:
 
 def expires_at(now_ms: int, ttl_minutes: float) -> int:
     """Expiry in ms since the epoch of an item written or read at ``now_ms``."""
-    return now_ms + max(1, round(ttl_minutes * 60_000))
+    # Capped to what the u64 TTL index holds (a TTL of ~10^13 years).
+    return min(now_ms + max(1, round(ttl_minutes * 60_000)), 2**63 - 1)
 
 
 def is_expired(expires_ms: int | None, now_ms: int) -> bool:
