@@ -172,7 +172,7 @@ class DeltaLogStore(BaseStore):
         Returns:
             An open store; use it as a context manager or call :meth:`close`.
         """
-        from deltalog.engine.saver import _open_shared
+        from deltalog.engine.saver import _open_shared, _release_shared
 
         options = {
             "map_size": map_size,
@@ -182,7 +182,11 @@ class DeltaLogStore(BaseStore):
             "group_commit": group_commit,
         }
         env = _open_shared(path, options)
-        out = cls(env, index=index, ttl=ttl, clock=clock)
+        try:
+            out = cls(env, index=index, ttl=ttl, clock=clock)
+        except BaseException:
+            _release_shared(env)
+            raise
         out._shared = True
         return out
 
