@@ -91,17 +91,21 @@ class NamespaceDirectory:
         self.by_id: dict[int, tuple[str, ...]] = {}
         self.by_labels: dict[tuple[str, ...], int] = {}
         self._entries = -1
-        self._max_id = 0
+        # Ids up to this one were read from disk. Ids learned from this
+        # process's commits do not move it: older ids may be unread yet.
+        self._loaded = 0
 
     def refresh(self, reader: MemoryReader) -> None:
         """Load the namespaces committed since the last refresh."""
         entries = reader.ns_entries()
         if entries == self._entries:
             return
-        found = reader.namespaces_after(self._max_id)
+        found = reader.namespaces_after(self._loaded)
         with self._lock:
             for ns_id, labels in found:
                 self._add(ns_id, labels)
+            if found:
+                self._loaded = max(self._loaded, found[-1][0])
             self._entries = entries
 
     def learn(self, new: dict[tuple[str, ...], int]) -> None:
@@ -113,7 +117,6 @@ class NamespaceDirectory:
     def _add(self, ns_id: int, labels: tuple[str, ...]) -> None:
         self.by_id[ns_id] = labels
         self.by_labels[labels] = ns_id
-        self._max_id = max(self._max_id, ns_id)
 
     def items(self) -> list[tuple[int, tuple[str, ...]]]:
         """Every (id, namespace) in id (first-put) order."""

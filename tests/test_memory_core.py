@@ -9,7 +9,7 @@ import pytest
 from deltalog.engine import keys
 from deltalog.engine import memory_core as core
 from deltalog.engine.errors import ItemValueError, NamespaceError
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from langgraph.store.base import InvalidNamespaceError
 
@@ -22,6 +22,8 @@ item_keys = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_siz
 
 
 @given(ns_id=st.integers(0, 2**64 - 1), key=item_keys, ordinal=st.integers(0, 2**16 - 1))
+@example(ns_id=2**64 - 1, key="é" * 500, ordinal=2**16 - 1)
+@example(ns_id=1, key="\x00" * 300, ordinal=0)
 def test_item_keys_fit_lmdb(ns_id: int, key: str, ordinal: int) -> None:
     """Item, vector and TTL keys stay under 511 bytes for any key length (R5)."""
     item = keys.item_key(ns_id, key)
@@ -32,6 +34,7 @@ def test_item_keys_fit_lmdb(ns_id: int, key: str, ordinal: int) -> None:
 
 
 @given(ns=st.lists(labels, min_size=1, max_size=40).map(tuple))
+@example(ns=("ß" * 300, "x" * 300))
 def test_namespace_keys_fit_lmdb(ns: tuple[str, ...]) -> None:
     """Namespace keys stay under 511 bytes for any depth and label length (R5)."""
     assert len(keys.item_ns_key(ns)) <= keys.MAX_KEY

@@ -52,15 +52,15 @@ puts = st.builds(
     st.sampled_from(KEYS),
     st.one_of(values, st.none()),
     index=st.none(),
-    ttl=st.sampled_from([None, None, 1.0, 2.0]),
+    ttl=st.sampled_from([None, 1.0, 1.0, 2.0]),
 )
 gets = st.builds(GetOp, namespaces, st.sampled_from(KEYS), refresh_ttl=st.booleans())
 searches = st.builds(
     SearchOp,
     st.sampled_from([(), *NAMESPACES]),
     filters,
-    st.integers(0, 6),
-    st.integers(0, 5),
+    st.sampled_from([1, 3, 10, 10]),
+    st.sampled_from([0, 0, 0, 1, 2, 5]),
     query=st.none(),
     refresh_ttl=st.booleans(),
 )
@@ -257,8 +257,8 @@ class StoreVsModel(RuleBasedStateMachine):
 
 
 StoreVsModel.TestCase.settings = settings(
-    max_examples=25,
-    stateful_step_count=20,
+    max_examples=60,
+    stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

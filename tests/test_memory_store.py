@@ -217,3 +217,13 @@ async def test_async_api(store: DeltaLogStore) -> None:
     assert await store.alist_namespaces() == [("a",)]
     await store.adelete(("a",), "k")
     assert await store.aget(("a",), "k") is None
+
+
+def test_namespaces_of_earlier_opens_stay_listed(tmp_path: Path) -> None:
+    """A namespace put before a reopen stays listed after this open puts a new one."""
+    with DeltaLogStore.from_path(tmp_path / "m") as s:
+        s.put(("a",), "k", {})
+    with DeltaLogStore.from_path(tmp_path / "m") as s:
+        s.put(("a", "b"), "k", {})
+        assert s.list_namespaces() == [("a",), ("a", "b")]
+        assert {i.key for i in s.search(("a",))} == {"k"} and len(s.search(("a",))) == 2
