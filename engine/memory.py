@@ -20,7 +20,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
@@ -55,7 +55,7 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
-__all__ = ["DeltaLogStore"]
+__all__ = ["DeltaLogStore", "Stopped", "SweeperFuture"]
 
 logger = logging.getLogger(__name__)
 
@@ -429,7 +429,7 @@ class DeltaLogStore(BaseStore):
             with self.env.read() as r:
                 reader = MemoryReader(r)
                 results, refresh = self._reads(reader, plan, now_ms)
-            if refresh:
+            if refresh and not self.env.readonly:  # a read-only open never writes
                 self.env.write(
                     lambda w: self._refresh(MemoryWriter(w), refresh, now_ms), history_safe=True
                 )
@@ -619,15 +619,16 @@ class DeltaLogStore(BaseStore):
         chosen = minutes or cfg.get("sweep_interval_minutes") or 5
         return float(chosen) * 60.0
 
-    def start_ttl_sweeper(
-        self, sweep_interval_minutes: float | None = None
-    ) -> concurrent.futures.Future[None]:
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> SweeperFuture:
         """Sweep expired items every interval on a daemon thread (as SqliteStore does).
+
+        Code written for the async upstream stores may ``await`` the result
+        (it is the same future); :meth:`astart_ttl_sweeper` runs a task instead.
 
         Returns:
             A future that completes when the sweeper stops.
         """
-        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        done = SweeperFuture()
         if self._sweeper is not None and self._sweeper.is_alive():
             logger.info("TTL sweeper thread is already running")
             done.set_result(None)
@@ -652,18 +653,22 @@ class DeltaLogStore(BaseStore):
         self._sweeper.start()
         return done
 
-    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
-        """Stop the sweeper thread; True once it stopped (or none ran)."""
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> Stopped:
+        """Stop the sweeper thread; true once it stopped (or none ran).
+
+        The result is truthy like a bool, and awaitable (giving the bool) for
+        code written against the async upstream stores.
+        """
         thread = self._sweeper
         if thread is None or not thread.is_alive():
             self._sweeper = None
-            return True
+            return Stopped(True)
         self._sweep_stop.set()
         thread.join(timeout)
         if thread.is_alive():
-            return False
+            return Stopped(False)
         self._sweeper = None
-        return True
+        return Stopped(True)
 
     async def astart_ttl_sweeper(
         self, sweep_interval_minutes: float | None = None
@@ -699,6 +704,39 @@ class DeltaLogStore(BaseStore):
             return False
         self._sweep_task = None
         return True
+
+
+class SweeperFuture(concurrent.futures.Future[None]):
+    """The future :meth:`DeltaLogStore.start_ttl_sweeper` returns; ``await`` gives it back."""
+
+    def __await__(self) -> Generator[Any, None, SweeperFuture]:
+        return self
+        yield  # a generator: awaiting finishes at once
+
+
+class Stopped:
+    """Whether a sweeper stopped: truthy like the bool, and awaitable (giving the bool)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: bool) -> None:
+        self.value = value
+
+    def __bool__(self) -> bool:
+        return self.value
+
+    def __eq__(self, other: object) -> bool:
+        return bool(other == self.value)
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    def __await__(self) -> Generator[Any, None, bool]:
+        return self.value
+        yield  # a generator: awaiting finishes at once
 
 
 # -- helpers ----------------------------------------------------------------------------

@@ -129,3 +129,40 @@ def test_sweeper_thread_and_task(tmp_path: Path) -> None:
 def _has_items(s: DeltaLogStore) -> bool:
     with s.env.read() as r:
         return bool(r.txn.stat(s.env.db("items"))["entries"])
+
+
+def test_upstream_async_sweeper_calls(tmp_path: Path) -> None:
+    """`await store.start_ttl_sweeper()` / `await store.stop_ttl_sweeper()` work as on the async upstream stores."""
+    clock = Clock()
+
+    async def run(s: DeltaLogStore) -> None:
+        s.put(("t",), "a", {"v": 1}, ttl=1)
+        clock.now += 61
+        fut = await s.start_ttl_sweeper(sweep_interval_minutes=0.001)
+        for _ in range(200):
+            if not _has_items(s):
+                break
+            await asyncio.sleep(0.02)
+        assert await s.stop_ttl_sweeper(timeout=5) is True
+        assert fut.done()
+
+    with DeltaLogStore.from_path(tmp_path / "m", clock=clock) as s:
+        asyncio.run(run(s))
+        assert not _has_items(s)
+        assert s.stop_ttl_sweeper() == True  # noqa: E712 (a Stopped compares as the bool)
+
+
+def test_readonly_reads_do_not_refresh(tmp_path: Path) -> None:
+    """A read-only open reads TTL items without writing a refresh."""
+    from deltalog.engine.store import Store
+
+    clock = Clock()
+    with DeltaLogStore.from_path(tmp_path / "m", clock=clock) as s:
+        s.put(("t",), "a", {"v": 1}, ttl=10)
+    ro = Store(tmp_path / "m", readonly=True)
+    try:
+        mem = DeltaLogStore(ro, clock=clock)
+        assert mem.get(("t",), "a") is not None
+        assert len(mem.search(("t",))) == 1
+    finally:
+        ro.close()
