@@ -594,6 +594,17 @@ class DeltaLogStore(BaseStore):
             ikey = writer.put_item(ns_id, rec, old)
             writer.set_vectors(ikey, put.vectors if put.paths is not None else [])
 
+    # -- verify -------------------------------------------------------------------------
+
+    def verify(self, limit: int = 100) -> list[str]:
+        """The problems of the stored memory records (empty: all sound).
+
+        Checks record checksums and shapes, namespaces, the TTL index and that
+        every vector belongs to an item, in one read transaction.
+        """
+        with self.env.read() as r:
+            return MemoryReader(r).problems(limit)
+
     # -- TTL ----------------------------------------------------------------------------
 
     def sweep_ttl(self) -> int:

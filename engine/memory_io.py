@@ -269,6 +269,62 @@ class MemoryReader:
         """The vector records of the item at (namespace id, key)."""
         return self.vectors(keys.item_key(ns_id, key))
 
+    def problems(self, limit: int = 100) -> list[str]:
+        """Every inconsistency of the memory databases (at most ``limit``), for verify.
+
+        Checks each record's frame (CRC) and shape, that every item's namespace
+        id is known, that ``item_ttl`` holds exactly one entry per item with an
+        expiry, and that every vector record belongs to an item. One read
+        transaction over all four databases.
+        """
+        out: list[str] = []
+        if self.items_db is None:
+            return out
+        known = {ns_id for ns_id, _ in self.namespaces_after(0)}
+        expiries: set[bytes] = set()
+        items: set[bytes] = set()
+        cur = self.txn.cursor(db=self.items_db)
+        ok = cur.first()
+        while ok and len(out) < limit:
+            key = bytes(cur.key())
+            items.add(key)  # a damaged item is reported once, not again by its vectors
+            try:
+                (ns_id,), _ = keys.split_ids(key, 1)
+                rec = self._item((), key, cur.value())
+                if ns_id not in known:
+                    out.append(f"items {key.hex()}: namespace id {ns_id} is not in item_ns")
+                if keys.item_key(ns_id, rec.key) != key:
+                    out.append(f"items {key.hex()}: the record's key {rec.key!r:.60} differs")
+                if rec.expires_ms is not None:
+                    expiries.add(keys.item_ttl_key(rec.expires_ms, key))
+            except CorruptRecordError as exc:
+                out.append(str(exc))
+            ok = cur.next()
+        cur = self.txn.cursor(db=self.ttl_db)
+        ttl_keys = {bytes(k) for k, _ in cur} if cur.first() else set()
+        for missing in sorted(expiries - ttl_keys)[: max(0, limit - len(out))]:
+            out.append(f"item_ttl lacks the entry {missing.hex()} of its item")
+        for stray in sorted(ttl_keys - expiries)[: max(0, limit - len(out))]:
+            out.append(f"item_ttl {stray.hex()} has no item with that expiry")
+        cur = self.txn.cursor(db=self.vectors_db)
+        ok = cur.first()
+        while ok and len(out) < limit:
+            key = bytes(cur.key())
+            try:
+                rec = self.codec.decode(cur.value(), f"item_vectors {key.hex()}")
+                if not (isinstance(rec, list) and len(rec) == 3 and isinstance(rec[2], bytes)):
+                    out.append(f"item_vectors {key.hex()} is not a vector record")
+                elif len(rec[2]) % 4:
+                    out.append(
+                        f"item_vectors {key.hex()}: {len(rec[2])} bytes is no float32 vector"
+                    )
+                if key[:-2] not in items:
+                    out.append(f"item_vectors {key.hex()} belongs to no item")
+            except CorruptRecordError as exc:
+                out.append(str(exc))
+            ok = cur.next()
+        return out[:limit]
+
     def expired(self, now_ms: int, limit: int) -> list[bytes]:
         """Up to ``limit`` ``item_ttl`` keys whose expiry is at or before ``now_ms``."""
         out: list[bytes] = []
