@@ -66,7 +66,10 @@ __all__ = ["cli", "main"]
 class _Root(DeltaLogGroup):
     """The root group: commands in the order of docs/cli.md; ``bench`` loaded on demand."""
 
-    lazy: ClassVar[dict[str, tuple[str, str]]] = {"bench": ("deltalog.bench.cli", "bench_command")}
+    lazy: ClassVar[dict[str, tuple[str, str]]] = {
+        "memory": ("deltalog.engine.cli_memory", "memory_cmd"),
+        "bench": ("deltalog.bench.cli", "bench_command"),
+    }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [*self.commands, *self.lazy]
