@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from deltalog.engine import memory_core as core
+from deltalog.engine.cache import gc_paused
 from deltalog.engine.errors import EmbeddingError, ItemValueError
 from deltalog.engine.memory_io import (
     ItemRecord,
@@ -449,6 +450,15 @@ class DeltaLogStore(BaseStore):
     def _reads(
         self, reader: MemoryReader, plan: _Plan, now_ms: int
     ) -> tuple[list[Result], list[_Refresh]]:
+        # A search decodes every candidate (10k items: ~40k objects, no cycles);
+        # collections set off meanwhile cost more than the decoding (~0.2 s of
+        # 0.5 s at 10k items measured here).
+        with gc_paused():
+            return self._reads_unpaused(reader, plan, now_ms)
+
+    def _reads_unpaused(
+        self, reader: MemoryReader, plan: _Plan, now_ms: int
+    ) -> tuple[list[Result], list[_Refresh]]:
         results: list[Result] = []
         refresh: list[_Refresh] = []
         for op in plan.ops:
@@ -501,21 +511,21 @@ class DeltaLogStore(BaseStore):
         prefix = tuple(op.namespace_prefix)
         flt = op.filter
         stop = op.offset + op.limit if query is None and op.offset >= 0 and op.limit >= 0 else None
-        found: list[tuple[bytes, ItemRecord]] = []
+        found: list[tuple[int, bytes, ItemRecord]] = []
         for ns_id, ns in self._candidates(reader, prefix):
             for ikey, rec in reader.scan(ns_id, ns):
                 if core.is_expired(rec.expires_ms, now_ms) or not core.matches_filter(
                     rec.value, flt
                 ):
                     continue
-                found.append((ikey, rec))
+                found.append((ns_id, ikey, rec))
                 if stop is not None and len(found) >= stop:
                     break
             if stop is not None and len(found) >= stop:
                 break
         if query is None:
             page = found[op.offset : op.offset + op.limit]
-            return [(_search_item(rec, None), rec.ttl_minutes) for _, rec in page]
+            return [(_search_item(rec, None), rec.ttl_minutes) for _, _, rec in page]
         ranked = self._rank(reader, found, query)
         return [
             (_search_item(rec, score), rec.ttl_minutes)
@@ -523,26 +533,32 @@ class DeltaLogStore(BaseStore):
         ]
 
     def _rank(
-        self, reader: MemoryReader, found: list[tuple[bytes, ItemRecord]], query: list[float]
+        self,
+        reader: MemoryReader,
+        found: list[tuple[int, bytes, ItemRecord]],
+        query: list[float],
     ) -> list[tuple[ItemRecord, float | None]]:
         import numpy as np
 
         dims = len(query)
         rows: list[bytes] = []
         owners: list[int] = []
-        for i, (ikey, _) in enumerate(found):
-            for vec in reader.vectors(ikey):
-                if len(vec.vector) == 4 * dims:  # vectors of another dims setting are skipped
+        position = {ikey: i for i, (_, ikey, _) in enumerate(found)}
+        for ns_id in dict.fromkeys(ns_id for ns_id, _, _ in found):
+            for ikey, vec in reader.namespace_vectors(ns_id):
+                owner = position.get(ikey)
+                # Vectors of filtered-out items, or of another dims setting, are skipped.
+                if owner is not None and len(vec.vector) == 4 * dims:
                     rows.append(vec.vector)
-                    owners.append(i)
+                    owners.append(owner)
         if rows:
             matrix = np.frombuffer(b"".join(rows), dtype=np.float32).reshape(len(rows), dims)
             best = core.best_scores(np.asarray(query, dtype=np.float32), matrix, owners)
         else:
             best = {}
         scored = sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))
-        out: list[tuple[ItemRecord, float | None]] = [(found[i][1], s) for i, s in scored]
-        out.extend((rec, None) for i, (_, rec) in enumerate(found) if i not in best)
+        out: list[tuple[ItemRecord, float | None]] = [(found[i][2], s) for i, s in scored]
+        out.extend((rec, None) for i, (_, _, rec) in enumerate(found) if i not in best)
         return out
 
     def _list_namespaces(

@@ -265,6 +265,27 @@ class MemoryReader:
             ok = cur.next()
         return out
 
+    def namespace_vectors(self, ns_id: int) -> Iterator[tuple[bytes, VectorRecord]]:
+        """Every vector record of one namespace with its item's key, in key order.
+
+        One cursor pass per namespace rather than one cursor per item (py-lmdb
+        cursors are not free: ~25 us each, the bulk of a 10k-item ranking).
+        """
+        if self.vectors_db is None:
+            return
+        prefix = keys.item_prefix(ns_id)
+        cur = self.txn.cursor(db=self.vectors_db)
+        ok = cur.set_range(prefix)
+        while ok:
+            key = cur.key()
+            if not key.startswith(prefix):
+                return
+            rec = self.codec.decode(cur.value(), f"item_vectors {bytes(key).hex()}")
+            if not (isinstance(rec, list) and len(rec) == 3):
+                raise CorruptRecordError(f"item_vectors {bytes(key).hex()} is not a vector record")
+            yield bytes(key[:-2]), VectorRecord(rec[0], rec[1], rec[2])
+            ok = cur.next()
+
     def item_vectors(self, ns_id: int, key: str) -> list[VectorRecord]:
         """The vector records of the item at (namespace id, key)."""
         return self.vectors(keys.item_key(ns_id, key))
