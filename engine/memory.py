@@ -323,7 +323,10 @@ class DeltaLogStore(BaseStore):
                     ns = core.validate_labels(op.namespace)
                     puts[(ns, op.key)] = _PutPlan(op, ns, None, None, None)
                     continue
-                ns = core.validate_namespace(op.namespace)
+                # Labels only, as the contract's validate_op_namespace: put()
+                # also refuses () and the root "langgraph", but a batch may
+                # use them (LangGraph's own code does, as InMemoryStore allows).
+                ns = core.validate_labels(op.namespace)
                 value = core.check_value(op.value, f"{what} {ns!r}/{op.key!r:.60}")
                 ttl = core.check_ttl(op.ttl, what)
                 puts[(ns, op.key)] = _PutPlan(op, ns, value, ttl, self._paths(op.index, what))

@@ -20,8 +20,6 @@ def store(tmp_path: Path) -> Iterator[DeltaLogStore]:
 
 BAD_BATCHES: list[tuple[str, list[Any], str]] = [
     ("dotted-label", [PutOp(("a.b",), "k", {})], "period"),
-    ("empty-ns", [PutOp((), "k", {})], "empty"),
-    ("reserved-root", [PutOp(("langgraph",), "k", {})], "reserved"),
     ("int-label", [PutOp(("a", 1), "k", {})], "int"),  # type: ignore[arg-type]
     ("nul-label", [PutOp(("a\x00",), "k", {})], "NUL"),
     ("str-namespace", [PutOp("users", "k", {})], "tuple"),  # type: ignore[arg-type]
@@ -60,6 +58,9 @@ def test_namespace_errors_are_the_contracts(store: DeltaLogStore) -> None:
         store.put(("a.b",), "k", {})
     with pytest.raises(ValueError):
         store.batch([PutOp(("",), "k", {})])
+    for bad in [(), ("langgraph", "x")]:
+        with pytest.raises(InvalidNamespaceError):
+            store.put(bad, "k", {})
 
 
 def test_hostile_and_huge(store: DeltaLogStore) -> None:

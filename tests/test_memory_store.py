@@ -107,9 +107,12 @@ def test_batch_is_one_transaction(store: DeltaLogStore) -> None:
 
 def test_invalid_namespace_validated_before_write(store: DeltaLogStore) -> None:
     """One bad namespace in a batch fails the batch before anything is written."""
-    for bad in [("a.b",), ("langgraph",), (), ("",)]:
+    for bad in [("a.b",), ("",), ("a", "b\x00")]:
         with pytest.raises(InvalidNamespaceError):
             store.batch([PutOp(("ok",), "k", {"v": 1}), PutOp(bad, "k", {"v": 1})])
+    for bad in [("langgraph",), ()]:
+        with pytest.raises(InvalidNamespaceError):
+            store.put(bad, "k", {"v": 1})
     with pytest.raises(InvalidNamespaceError):
         store.batch([PutOp(("ok",), "k", {"v": 1}), GetOp(("x.y",), "k")])
     with pytest.raises(InvalidNamespaceError):
@@ -227,3 +230,13 @@ def test_namespaces_of_earlier_opens_stay_listed(tmp_path: Path) -> None:
         s.put(("a", "b"), "k", {})
         assert s.list_namespaces() == [("a",), ("a", "b")]
         assert {i.key for i in s.search(("a",))} == {"k"} and len(s.search(("a",))) == 2
+
+
+def test_batch_may_use_reserved_root(store: DeltaLogStore) -> None:
+    """A batch may put under the root "langgraph" (put() may not), as InMemoryStore allows."""
+    store.batch([PutOp(("langgraph", "foo"), "bar", {"v": 1})])
+    item = store.get(("langgraph", "foo"), "bar")
+    assert item is not None and item.value == {"v": 1}
+    assert store.search(("langgraph", "foo"))[0].value == {"v": 1}
+    store.delete(("langgraph", "foo"), "bar")
+    assert store.get(("langgraph", "foo"), "bar") is None
