@@ -56,7 +56,7 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
-__all__ = ["DeltaLogStore", "Stopped", "SweeperFuture"]
+__all__ = ["DeltaLogStore", "Stopped", "SweepCount", "SweeperFuture"]
 
 logger = logging.getLogger(__name__)
 
@@ -626,11 +626,12 @@ class DeltaLogStore(BaseStore):
 
     # -- TTL ----------------------------------------------------------------------------
 
-    def sweep_ttl(self) -> int:
+    def sweep_ttl(self) -> SweepCount:
         """Delete every expired item; return how many.
 
         Runs in transactions of at most ``memory_io.SWEEP_CHUNK`` items, so
-        writers queued meanwhile wait one short commit.
+        writers queued meanwhile wait one short commit. The count is an
+        ``int`` that code written for AsyncSqliteStore may also ``await``.
         """
         total = 0
         while True:
@@ -638,11 +639,17 @@ class DeltaLogStore(BaseStore):
             deleted, more = self.env.write(_sweeper(now_ms), history_safe=True)
             total += deleted
             if not more:
-                return total
+                return SweepCount(total)
+
+    def setup(self) -> Stopped:
+        """Nothing to set up (the databases exist once the file is open); for
+        code written for SqliteStore/PostgresStore, which call ``setup()``
+        (or ``await setup()``) first."""
+        return Stopped(True)
 
     async def asweep_ttl(self) -> int:
         """Async :meth:`sweep_ttl`."""
-        return await asyncio.to_thread(self.sweep_ttl)
+        return int(await asyncio.to_thread(self.sweep_ttl))
 
     def _interval(self, minutes: float | None) -> float:
         cfg = self.ttl_config or {}
@@ -741,6 +748,14 @@ class SweeperFuture(concurrent.futures.Future[None]):
 
     def __await__(self) -> Generator[Any, None, SweeperFuture]:
         return self
+        yield  # a generator: awaiting finishes at once
+
+
+class SweepCount(int):
+    """How many items a sweep deleted; ``await`` gives the same int."""
+
+    def __await__(self) -> Generator[Any, None, int]:
+        return int(self)
         yield  # a generator: awaiting finishes at once
 
 

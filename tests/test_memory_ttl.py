@@ -145,6 +145,10 @@ def test_upstream_async_sweeper_calls(tmp_path: Path) -> None:
             await asyncio.sleep(0.02)
         assert await s.stop_ttl_sweeper(timeout=5) is True
         assert fut.done()
+        await s.setup()
+        s.put(("t",), "b", {"v": 1}, ttl=1)
+        clock.now += 61
+        assert await s.sweep_ttl() == 1
 
     with DeltaLogStore.from_path(tmp_path / "m", clock=clock) as s:
         asyncio.run(run(s))
