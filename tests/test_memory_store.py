@@ -240,3 +240,13 @@ def test_batch_may_use_reserved_root(store: DeltaLogStore) -> None:
     assert store.search(("langgraph", "foo"))[0].value == {"v": 1}
     store.delete(("langgraph", "foo"), "bar")
     assert store.get(("langgraph", "foo"), "bar") is None
+
+
+def test_namespaces_given_as_lists(store: DeltaLogStore) -> None:
+    """Namespaces passed as lists (as upstream tests do) work like tuples."""
+    store.put(["test", "docs"], "doc1", {"author": "Alice"})  # type: ignore[arg-type]
+    store.put(("test", "images"), "img1", {"author": "Alice"})
+    assert len(store.search(["test"])) == 2  # type: ignore[arg-type]
+    assert store.list_namespaces(prefix=["test"], suffix=["docs"]) == [("test", "docs")]  # type: ignore[arg-type]
+    item = store.get(["test", "docs"], "doc1")  # type: ignore[arg-type]
+    assert item is not None and item.namespace == ("test", "docs")
