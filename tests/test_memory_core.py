@@ -158,3 +158,13 @@ def test_best_scores_equal_brute_force(
     assert got.keys() == want.keys()
     for owner, score in want.items():
         assert got[owner] == pytest.approx(score, abs=1e-4)
+
+
+def test_import_does_not_load_numpy() -> None:
+    """`import deltalog.engine` (memory store included) loads numpy only when a query is ranked."""
+    import subprocess
+    import sys
+
+    code = "import sys, deltalog.engine; assert 'numpy' not in sys.modules, 'numpy imported'"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
