@@ -267,8 +267,12 @@ class DeltaLogStore(BaseStore):
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Async :meth:`batch`: embeds with the embedder's async API, LMDB work on a thread."""
         plan = self._plan(ops)
-        texts = await asyncio.to_thread(self._texts_to_embed, plan)
         embeddings = self.embeddings
+        texts = (
+            await asyncio.to_thread(self._texts_to_embed, plan)
+            if embeddings is not None and plan.puts
+            else []
+        )
         if embeddings is not None:
             queries = sorted({op.query for op in plan.ops if isinstance(op, SearchOp) and op.query})
             for query in queries:
