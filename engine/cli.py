@@ -70,11 +70,16 @@ class _Root(DeltaLogGroup):
 
     #: name -> (module, attribute, short help shown by `deltalog --help` without importing it)
     lazy: ClassVar[dict[str, tuple[str, str, str]]] = {
+        "memory": (
+            "deltalog.engine.cli_memory",
+            "memory_cmd",
+            "Inspect and edit the long-term memory (BaseStore items) in a store.",
+        ),
         "bench": (
             "deltalog.bench.cli",
             "bench_command",
             "Measure storage and latency against other LangGraph savers.",
-        )
+        ),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -37,7 +37,7 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
-from typing import Any, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from deltalog.channels.replay import ChannelSource, delta_channels, replay_history
 from deltalog.engine import keys
@@ -79,6 +79,10 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
+from langgraph.store.base import IndexConfig, TTLConfig
+
+if TYPE_CHECKING:
+    from deltalog.engine.memory import DeltaLogStore
 
 __all__ = ["DeltaLogSaver"]
 
@@ -260,6 +264,24 @@ class DeltaLogSaver(
             if "+" not in str(typed[0]):
                 raise
             raise _serde_mismatch(self.serde, typed[0], what, exc) from exc
+
+    def memory_store(
+        self,
+        *,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> DeltaLogStore:
+        """LangGraph long-term memory (a ``BaseStore``) in this saver's LMDB file.
+
+        ``builder.compile(checkpointer=saver, store=saver.memory_store())`` keeps
+        checkpoints and memory in one environment (``saver.store`` is that
+        environment). See :class:`deltalog.engine.memory.DeltaLogStore` for
+        ``index`` and ``ttl``.
+        """
+        from deltalog.engine.memory import DeltaLogStore
+
+        return DeltaLogStore.from_saver(self, index=index, ttl=ttl, clock=clock)
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> DeltaLogSaver:
         """A clone with a stricter msgpack allowlist and its own value cache.
