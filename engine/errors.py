@@ -23,6 +23,7 @@ __all__ = [
     "GroupCommitOffError",
     "ImportRecordError",
     "InvalidInputError",
+    "ItemExistsError",
     "ItemValueError",
     "KeyTooLongError",
     "MigrationError",
@@ -215,3 +216,8 @@ def __getattr__(name: str) -> Any:
         globals()[name] = cls
         return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class ItemExistsError(DeltaLogError):
+    """An import stream holds a memory item whose (namespace, key) is already live in
+    the target store; nothing was written."""
