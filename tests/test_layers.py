@@ -30,11 +30,13 @@ LAYERS: dict[str, str] = {
     "deltalog.engine.saver": "services",
     "deltalog.engine.memory": "services",
     "deltalog.engine.migrate": "services",
+    "deltalog.engine.migrate_items": "services",
     "deltalog.engine.demo": "services",
     "deltalog.engine.reports": "services",
     # storage I/O: the LMDB layer and the caches of what it read
     "deltalog.engine.store": "storage",
     "deltalog.engine.memory_io": "storage",
+    "deltalog.engine.memory_export": "storage",
     "deltalog.engine.memo": "storage",
     "deltalog.engine.cache": "storage",
     # format and pure logic: key bytes, record codec, plans and walks
