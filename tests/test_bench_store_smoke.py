@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+from deltalog.bench import cli as bench_cli
 from deltalog.bench.store_bench import Lookup, run_store_bench, table
 
 
@@ -42,3 +44,10 @@ def test_module_runs_as_a_program() -> None:
     )
     assert out.stdout.startswith("| metric | deltalog | memory | sqlite |")
     assert "(200 items" in out.stderr
+
+
+def test_deltalog_bench_runs_the_memory_store_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    """``deltalog bench --scenario memory-store --quick`` runs this benchmark (10k items)."""
+    assert bench_cli.main(["--scenario", "memory-store", "--quick", "--no-pg"]) == 0
+    out = capsys.readouterr()
+    assert "| filtered search |" in out.out and "(10,000 items" in out.err
