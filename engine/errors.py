@@ -8,6 +8,8 @@ so callers never need to import ``lmdb``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 __all__ = [
     "ConcurrentChangeError",
     "ConfigError",
@@ -15,13 +17,17 @@ __all__ = [
     "DamagedKeyError",
     "DeltaChainError",
     "DeltaLogError",
+    "EmbeddingError",
     "ForkedStoreError",
     "FormatVersionError",
     "GroupCommitOffError",
     "ImportRecordError",
     "InvalidInputError",
+    "ItemExistsError",
+    "ItemValueError",
     "KeyTooLongError",
     "MigrationError",
+    "NamespaceError",
     "NotAStoreError",
     "OptionError",
     "ParentCycleError",
@@ -175,3 +181,49 @@ class OptionError(InvalidInputError):
 class ReentrantWriteError(DeltaLogError):
     """A write was asked for from inside a write transaction of the same store (a
     callback such as a prune reducer writing to the saver); it would wait for itself."""
+
+
+class ItemValueError(InvalidInputError):
+    """A memory item's key, value, filter, TTL or index field list cannot be stored."""
+
+
+class EmbeddingError(InvalidInputError):
+    """The memory store's embedder raised, or returned the wrong number of vectors or
+    dimensions; nothing was written."""
+
+
+if TYPE_CHECKING:
+    from langgraph.store.base import InvalidNamespaceError
+
+    class NamespaceError(InvalidInputError, InvalidNamespaceError):
+        """See the runtime class made by :func:`_namespace_error`."""
+
+
+def _namespace_error() -> type[InvalidInputError]:
+    # LangGraph's InvalidNamespaceError lives in langgraph.store.base, whose import
+    # costs ~0.5 s (it loads langchain_core); made on first use, so the CLI's
+    # fast commands, which import this module, never load it (issue 19).
+    from langgraph.store.base import InvalidNamespaceError
+
+    class NamespaceError(InvalidInputError, InvalidNamespaceError):
+        """A memory store namespace (or a prefix/suffix pattern) is invalid: empty, a
+        label that is not a non-empty string, holds a period or NUL, or a root label
+        ``"langgraph"``. Also LangGraph's ``InvalidNamespaceError``, as the contract says."""
+
+    NamespaceError.__module__ = __name__
+    NamespaceError.__qualname__ = "NamespaceError"
+    return NamespaceError
+
+
+def __getattr__(name: str) -> Any:
+    """``NamespaceError``, created when first asked for (PEP 562)."""
+    if name == "NamespaceError":
+        cls = _namespace_error()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class ItemExistsError(DeltaLogError):
+    """An import stream holds a memory item whose (namespace, key) is already live in
+    the target store; nothing was written."""

@@ -44,7 +44,7 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
-from typing import Any, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from deltalog.channels.replay import ChannelSource, delta_channels, replay_history
 from deltalog.engine import keys
@@ -86,6 +86,10 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
+from langgraph.store.base import IndexConfig, TTLConfig
+
+if TYPE_CHECKING:
+    from deltalog.engine.memory import DeltaLogStore
 
 __all__ = ["MEMORY", "DeltaLogSaver", "SaverContext"]
 
@@ -341,6 +345,24 @@ class DeltaLogSaver(
             if "+" not in str(typed[0]):
                 raise
             raise _serde_mismatch(self.serde, typed[0], what, exc) from exc
+
+    def memory_store(
+        self,
+        *,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> DeltaLogStore:
+        """LangGraph long-term memory (a ``BaseStore``) in this saver's LMDB file.
+
+        ``builder.compile(checkpointer=saver, store=saver.memory_store())`` keeps
+        checkpoints and memory in one environment (``saver.store`` is that
+        environment). See :class:`deltalog.engine.memory.DeltaLogStore` for
+        ``index`` and ``ttl``.
+        """
+        from deltalog.engine.memory import DeltaLogStore
+
+        return DeltaLogStore.from_saver(self, index=index, ttl=ttl, clock=clock)
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> DeltaLogSaver:
         """A clone with a stricter msgpack allowlist and its own value cache.
@@ -1268,14 +1290,24 @@ class DeltaLogSaver(
             row = r.checkpoint(*ids, checkpoint_id, with_values=False) if ids else None
         return [] if row is None else row.writes
 
-    def export_records(self, thread_ids: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
+    def export_records(
+        self, thread_ids: Sequence[str] | None = None, *, items: bool | None = None
+    ) -> Iterator[dict[str, Any]]:
         """Portable records of threads (all when None), values as the serde stored them.
 
-        Each thread is read in one snapshot. The stream round-trips exactly
-        through :meth:`import_records`; docs/cli.md documents its format.
+        Each thread is read in one snapshot, the memory store's items in one
+        more. The stream round-trips exactly through :meth:`import_records`;
+        docs/cli.md documents its format.
+
+        Args:
+            thread_ids: The threads to export (all when None).
+            items: Also export the live items of the memory store on this file
+                (:class:`~deltalog.engine.DeltaLogStore`), with their vectors.
+                Default: when every thread is exported.
 
         Yields:
-            A header record, then checkpoint, blob and write records per thread.
+            A header record, then checkpoint, blob and write records per
+            thread, then ``item`` records.
         """
         yield {"kind": "header", "format": EXPORT_FORMAT, "version": EXPORT_VERSION}
         with self.store.read() as r:
@@ -1288,6 +1320,10 @@ class DeltaLogSaver(
                 t = r.name_id(keys.KIND_THREAD, thread_id)
                 rows = builtins.list(r.export_thread(t)) if t is not None else []
             yield from rows
+        if items if items is not None else thread_ids is None:
+            from deltalog.engine.memory_export import export_items
+
+            yield from export_items(self.store)
 
     def import_records(self, records: Iterable[dict[str, Any]]) -> dict[str, int]:
         """Import an export stream in one write transaction (all or nothing, R8).
@@ -1296,13 +1332,33 @@ class DeltaLogSaver(
         types, ids, versions, value types this saver's serde loads, duplicates,
         parent cycles); only a stream that passes is written.
 
+        Memory store ``item`` records go into the same transaction, vectors as
+        exported (nothing is re-embedded).
+
         Raises:
             InvalidInputError: ``records`` is not an iterable of records.
             ImportRecordError: A record is malformed; the message names its line.
             ThreadExistsError: A thread in the stream already exists here.
+            ItemExistsError: An item of the stream is already live here.
         """
         rows, first_lines = check_import(records, self.serde)
-        return self.store.write(lambda w: w.import_records(rows, first_lines=first_lines))
+        items = [rec for rec in rows if rec["kind"] == "item"]
+        if not items:
+            return self.store.write(lambda w: w.import_records(rows, first_lines=first_lines))
+        from deltalog.engine.memory_export import import_items
+        from deltalog.engine.memory_io import directory
+
+        threads = [rec for rec in rows if rec["kind"] != "item"]
+
+        def op(w: WriteTxn) -> tuple[dict[str, int], dict[tuple[str, ...], int]]:
+            interned = import_items(w, items, [rec["line"] for rec in items])
+            counts = w.import_records(threads, first_lines=first_lines)
+            counts["items"] = len(items)
+            return counts, interned
+
+        counts, interned = self.store.write(op)
+        directory(self.store).learn(interned)
+        return counts
 
     # -- async twins -------------------------------------------------------------------------
 

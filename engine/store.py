@@ -102,6 +102,10 @@ T = TypeVar("T")
 #: inside one would wait for itself: Store._check_writable refuses it).
 _IN_WRITE_OP: Final = threading.local()
 _DBS: Final = ("meta", "names", "names_rev", "checkpoints", "writes", "blobs", "runs")
+# The long-term memory store's databases (deltalog.engine.memory_io): created by
+# the first writable open; absent (handle None, read as empty) in a read-only
+# open of a store no writable open of this version touched.
+_MEMORY_DBS: Final = ("items", "item_ns", "item_vectors", "item_ttl")
 _UNSUPPORTED_FS: Final = frozenset(
     {"nfs", "nfs4", "cifs", "smb", "smb2", "smbfs", "9p", "fuse.sshfs", "afs"}
 )
@@ -225,6 +229,10 @@ class _Dbs:
     writes: Any
     blobs: Any
     runs: Any
+    items: Any = None
+    item_ns: Any = None
+    item_vectors: Any = None
+    item_ttl: Any = None
 
 
 class _RWLock:
@@ -2281,7 +2289,7 @@ class Store:
             return lmdb.open(
                 os.fsencode(self.path),  # not str: LMDB would take it as UTF-8
                 map_size=size,
-                max_dbs=len(_DBS) + 1,
+                max_dbs=len(_DBS) + len(_MEMORY_DBS) + 1,
                 max_readers=self.max_readers,
                 sync=self.durable,
                 metasync=self.durable,
@@ -2381,9 +2389,15 @@ class Store:
                 # Without txn=: py-lmdb opens (and commits) its own transaction, so
                 # the handles outlive it; a read transaction would discard them.
                 handles = {name: self.env.open_db(name.encode(), create=False) for name in _DBS}
+                for name in _MEMORY_DBS:
+                    with contextlib.suppress(lmdb.NotFoundError):
+                        handles[name] = self.env.open_db(name.encode(), create=False)
             else:
                 with self.env.begin(write=True) as txn:
-                    handles = {name: self.env.open_db(name.encode(), txn=txn) for name in _DBS}
+                    handles = {
+                        name: self.env.open_db(name.encode(), txn=txn)
+                        for name in _DBS + _MEMORY_DBS
+                    }
                     raw = txn.get(b"format_version", db=handles["meta"])
                     if raw is None:
                         txn.put(
