@@ -8,7 +8,8 @@ so callers never need to import ``lmdb``.
 
 from __future__ import annotations
 
-from langgraph.store.base import InvalidNamespaceError
+import threading
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "ConfigError",
@@ -77,12 +78,6 @@ class DamagedKeyError(CorruptRecordError, ValueError):
     found only when it is read). A ``ValueError`` too, as the key decoders raised before."""
 
 
-class NamespaceError(InvalidInputError, InvalidNamespaceError):
-    """A memory store namespace (or a prefix/suffix pattern) is invalid: empty, a
-    label that is not a non-empty string, holds a period or NUL, or a root label
-    ``"langgraph"``. Also LangGraph's ``InvalidNamespaceError``, as the contract says."""
-
-
 class ItemValueError(InvalidInputError):
     """A memory item's key, value, filter, TTL or index field list cannot be stored."""
 
@@ -90,3 +85,39 @@ class ItemValueError(InvalidInputError):
 class EmbeddingError(InvalidInputError):
     """The memory store's embedder raised, or returned the wrong number of vectors or
     dimensions; nothing was written."""
+
+
+if TYPE_CHECKING:
+    from langgraph.store.base import InvalidNamespaceError
+
+    class NamespaceError(InvalidInputError, InvalidNamespaceError):
+        """A memory store namespace (or a prefix/suffix pattern) is invalid."""
+
+
+_NAMESPACE_ERROR_LOCK = threading.Lock()
+
+
+def __getattr__(name: str) -> Any:
+    """``NamespaceError``, made on first use: it is also LangGraph's
+    ``InvalidNamespaceError`` (as the contract says), and importing LangGraph
+    here would make every ``import deltalog.engine.errors`` load it."""
+    if name != "NamespaceError":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    with _NAMESPACE_ERROR_LOCK:
+        made = globals().get("NamespaceError")
+        if made is None:
+            from langgraph.store.base import InvalidNamespaceError
+
+            made = type(
+                "NamespaceError",
+                (InvalidInputError, InvalidNamespaceError),
+                {
+                    "__module__": __name__,
+                    "__doc__": "A memory store namespace (or a prefix/suffix pattern) is "
+                    "invalid: a label that is not a non-empty string, or holds a period or "
+                    "NUL; for put(), also an empty namespace or the root label "
+                    '``"langgraph"``. Also LangGraph\'s ``InvalidNamespaceError``.',
+                },
+            )
+            globals()["NamespaceError"] = made
+        return made
