@@ -8,6 +8,7 @@ so callers never need to import ``lmdb``.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 __all__ = [
@@ -192,38 +193,42 @@ class EmbeddingError(InvalidInputError):
     dimensions; nothing was written."""
 
 
+class ItemExistsError(DeltaLogError):
+    """An import stream holds a memory item whose (namespace, key) is already live in
+    the target store; nothing was written."""
+
+
 if TYPE_CHECKING:
     from langgraph.store.base import InvalidNamespaceError
 
     class NamespaceError(InvalidInputError, InvalidNamespaceError):
-        """See the runtime class made by :func:`_namespace_error`."""
+        """A memory store namespace (or a prefix/suffix pattern) is invalid."""
 
 
-def _namespace_error() -> type[InvalidInputError]:
-    # LangGraph's InvalidNamespaceError lives in langgraph.store.base, whose import
-    # costs ~0.5 s (it loads langchain_core); made on first use, so the CLI's
-    # fast commands, which import this module, never load it (issue 19).
-    from langgraph.store.base import InvalidNamespaceError
-
-    class NamespaceError(InvalidInputError, InvalidNamespaceError):
-        """A memory store namespace (or a prefix/suffix pattern) is invalid: empty, a
-        label that is not a non-empty string, holds a period or NUL, or a root label
-        ``"langgraph"``. Also LangGraph's ``InvalidNamespaceError``, as the contract says."""
-
-    NamespaceError.__module__ = __name__
-    NamespaceError.__qualname__ = "NamespaceError"
-    return NamespaceError
+_NAMESPACE_ERROR_LOCK = threading.Lock()
 
 
 def __getattr__(name: str) -> Any:
-    """``NamespaceError``, created when first asked for (PEP 562)."""
-    if name == "NamespaceError":
-        cls = _namespace_error()
-        globals()[name] = cls
-        return cls
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """``NamespaceError``, made on first use: it is also LangGraph's
+    ``InvalidNamespaceError`` (as the contract says), and importing LangGraph
+    here would make every ``import deltalog.engine.errors`` load it."""
+    if name != "NamespaceError":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    with _NAMESPACE_ERROR_LOCK:
+        made = globals().get("NamespaceError")
+        if made is None:
+            from langgraph.store.base import InvalidNamespaceError
 
-
-class ItemExistsError(DeltaLogError):
-    """An import stream holds a memory item whose (namespace, key) is already live in
-    the target store; nothing was written."""
+            made = type(
+                "NamespaceError",
+                (InvalidInputError, InvalidNamespaceError),
+                {
+                    "__module__": __name__,
+                    "__doc__": "A memory store namespace (or a prefix/suffix pattern) is "
+                    "invalid: a label that is not a non-empty string, or holds a period or "
+                    "NUL; for put(), also an empty namespace or the root label "
+                    '``"langgraph"``. Also LangGraph\'s ``InvalidNamespaceError``.',
+                },
+            )
+            globals()["NamespaceError"] = made
+        return made
