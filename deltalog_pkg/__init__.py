@@ -28,20 +28,28 @@ if TYPE_CHECKING:
 
     from deltalog.channels.fields import DeltaMessages, DeltaMessagesState
     from deltalog.engine.errors import DeltaLogError
+    from deltalog.engine.memory import DeltaLogStore
     from deltalog.engine.saver import DeltaLogSaver
     from deltalog.engine.store import Store
 
 # Public name -> module that defines it, imported on first access (PEP 562).
-# The memory store joins with one line: "DeltaLogStore": "deltalog.engine",
 _EXPORTS: dict[str, str] = {
     "DeltaLogSaver": "deltalog.engine.saver",
+    "DeltaLogStore": "deltalog.engine.memory",
     "Store": "deltalog.engine.store",
     "DeltaLogError": "deltalog.engine.errors",
     "DeltaMessages": "deltalog.channels.fields",
     "DeltaMessagesState": "deltalog.channels.fields",
 }
 
-__all__ = ["DeltaLogError", "DeltaLogSaver", "DeltaMessages", "DeltaMessagesState", "Store"]
+__all__ = [
+    "DeltaLogError",
+    "DeltaLogSaver",
+    "DeltaLogStore",
+    "DeltaMessages",
+    "DeltaMessagesState",
+    "Store",
+]
 
 
 def __getattr__(name: str) -> Any:

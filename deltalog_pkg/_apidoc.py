@@ -21,10 +21,10 @@ from typing import Any
 
 __all__ = ["DOCUMENTED", "main", "render"]
 
-# (import path, title) of what the page documents, in page order. The memory
-# store joins with one line: ("deltalog.engine:DeltaLogStore", "DeltaLogStore"),
+# (import path, title) of what the page documents, in page order.
 DOCUMENTED: list[tuple[str, str]] = [
     ("deltalog.engine.saver:DeltaLogSaver", "DeltaLogSaver"),
+    ("deltalog.engine.memory:DeltaLogStore", "DeltaLogStore"),
     ("deltalog.engine.saver:SaverContext", "SaverContext"),
     ("deltalog.langgraph", "deltalog.langgraph"),
 ]

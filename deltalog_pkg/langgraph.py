@@ -4,7 +4,8 @@ In ``langgraph.json``::
 
     {
       "graphs": {"agent": "./agent.py:graph"},
-      "checkpointer": {"path": "deltalog.langgraph.checkpointer"}
+      "checkpointer": {"path": "deltalog.langgraph.checkpointer"},
+      "store": {"path": "deltalog.langgraph.store"}
     }
 
 (a dotted path: the server reads ``module:attr`` only for files, like
@@ -26,15 +27,19 @@ passes this one to every run.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from deltalog.engine.saver import DeltaLogSaver
 
-__all__ = ["DEFAULT_PATH", "ENV_PATH", "checkpointer", "store_path"]
+if TYPE_CHECKING:
+    from deltalog.engine.memory import DeltaLogStore
+
+__all__ = ["DEFAULT_PATH", "ENV_PATH", "checkpointer", "store", "store_path"]
 
 ENV_PATH: Final = "DELTALOG_PATH"
 """The environment variable naming the store folder."""
@@ -62,10 +67,23 @@ async def checkpointer() -> AsyncIterator[DeltaLogSaver]:
         yield saver
 
 
-# The memory store joins here when deltalog.engine.DeltaLogStore lands
-# ("store": {"path": "deltalog.langgraph.store"} in langgraph.json), e.g.:
-#
-# @asynccontextmanager
-# async def store() -> AsyncIterator[DeltaLogStore]:
-#     async with DeltaLogStore.from_conn_string(store_path()) as s:
-#         yield s
+@asynccontextmanager
+async def store() -> AsyncIterator[DeltaLogStore]:
+    """A :class:`~deltalog.engine.DeltaLogStore` (long-term memory) on :func:`store_path`.
+
+    In ``langgraph.json``: ``"store": {"path": "deltalog.langgraph.store"}``. With
+    the checkpointer hook too, both live in one LMDB environment (one file).
+
+    Yields:
+        An open memory store, closed when the server stops.
+    """
+    from deltalog.engine.memory import DeltaLogStore
+
+    path = store_path()
+    logger.info("deltalog memory store at %s (set %s to move it)", path, ENV_PATH)
+    # Opening touches the disk: off the event loop, as the checkpointer does.
+    opened = await asyncio.to_thread(DeltaLogStore.from_path, path)
+    try:
+        yield opened
+    finally:
+        await asyncio.to_thread(opened.close)

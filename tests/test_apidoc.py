@@ -20,7 +20,6 @@ WITHOUT_ARGS = {
     "backup",
     "checkpoint_refs",
     "compact",
-    "export_records",
     "get_next_version",
     "get_writes",
     "import_records",

@@ -24,12 +24,14 @@ pytest.importorskip(
 httpx = pytest.importorskip("httpx", reason="httpx is not installed: pip install -e '.[dev]'")
 
 GRAPH = """
+from langgraph.config import get_store
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.types import interrupt
 
 
 def ask(state: MessagesState) -> dict:
     answer = interrupt("approve?")
+    get_store().put(("answers",), "last", {"answer": answer})
     return {"messages": [("ai", f"you said {answer}")]}
 
 
@@ -66,6 +68,7 @@ def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
                 "dependencies": ["."],
                 "graphs": {"agent": "./graph.py:graph"},
                 "checkpointer": {"path": "deltalog.langgraph.checkpointer"},
+                "store": {"path": "deltalog.langgraph.store"},
             }
         )
     )
@@ -138,7 +141,7 @@ def _cli(*args: str) -> Any:
 
 
 def test_interrupt_and_resume_over_http(server: tuple[str, Path]) -> None:
-    """A thread interrupts, resumes with Command(resume=...), and the CLI reads the live store."""
+    """A thread interrupts, resumes with Command(resume=...), its node writes memory through\n    the store hook, and the CLI reads checkpoints and memory from the one store."""
     url, store = server
     with httpx.Client(base_url=url) as client:
         thread_id = _post(client, "/threads", {})["thread_id"]
@@ -170,3 +173,6 @@ def test_interrupt_and_resume_over_http(server: tuple[str, Path]) -> None:
     assert listed["checkpoints"] > interrupted_at
     history = _cli("history", str(store), thread_id)
     assert history["thread_id"] == thread_id
+    # The node's memory went through the store hook into the same LMDB file.
+    item = _cli("memory", "get", str(store), "answers", "last")
+    assert item["value"] == {"answer": "yes"}
