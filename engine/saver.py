@@ -357,8 +357,17 @@ class DeltaLogSaver(
 
         ``builder.compile(checkpointer=saver, store=saver.memory_store())`` keeps
         checkpoints and memory in one environment (``saver.store`` is that
-        environment). See :class:`deltalog.engine.memory.DeltaLogStore` for
-        ``index`` and ``ttl``.
+        environment).
+
+        Args:
+            index: Semantic search configuration (``dims``, ``embed``, ``fields``), as
+                for :class:`deltalog.engine.memory.DeltaLogStore`.
+            ttl: TTL configuration (``default_ttl``, ``refresh_on_read``,
+                ``sweep_interval_minutes``).
+            clock: Seconds since the epoch, for tests.
+
+        Returns:
+            A memory store sharing this saver's environment; closing it leaves the saver open.
         """
         from deltalog.engine.memory import DeltaLogStore
 
