@@ -196,7 +196,7 @@ def _is_snapshot(saver: DeltaLogSaver, value: StoredValue) -> bool:
         return False
     if ctype == "msgpack":
         return _ext_code(payload) == EXT_DELTA_SNAPSHOT
-    return isinstance(saver.serde.loads_typed(value.typed), _DeltaSnapshot)
+    return isinstance(saver._loads(value.typed), _DeltaSnapshot)
 
 
 class _Stored(dict[str, Any]):
@@ -209,7 +209,7 @@ class _Stored(dict[str, Any]):
 
     def get(self, key: str, default: Any = None) -> Any:
         if key == _TASKS and key in self._values:
-            return self._saver.serde.loads_typed(self._values[key].typed)
+            return self._saver._loads(self._values[key].typed)
         return super().get(key, default)
 
 
@@ -220,7 +220,7 @@ def _entry(saver: DeltaLogSaver, row: CheckpointRow) -> HistoryEntry:
     when the step scheduled Send packets, ``__pregel_tasks``. Seeds are told
     from the first bytes of the stored value (:func:`_is_snapshot`).
     """
-    loads = saver.serde.loads_typed
+    loads = saver._loads  # a value this serde cannot load: one SerdeMismatchError line
     meta = loads(row.metadata) or {}
     checkpoint: Checkpoint = loads(row.checkpoint)
     checkpoint["channel_versions"] = dict(row.channel_versions)

@@ -2394,11 +2394,16 @@ class Store:
                         handles[name] = self.env.open_db(name.encode(), create=False)
             else:
                 with self.env.begin(write=True) as txn:
+                    meta = self.env.open_db(b"meta", txn=txn)
+                    raw = txn.get(b"format_version", db=meta)
+                    if raw is not None:
+                        # A newer or malformed format is refused before this
+                        # transaction creates anything (it aborts): the file stays as it was.
+                        _format_version(raw, self.path)
                     handles = {
                         name: self.env.open_db(name.encode(), txn=txn)
                         for name in _DBS + _MEMORY_DBS
                     }
-                    raw = txn.get(b"format_version", db=handles["meta"])
                     if raw is None:
                         txn.put(
                             b"format_version",

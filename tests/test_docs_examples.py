@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import doctest
 import io
+import os
 import re
 import sys
 import types
@@ -56,6 +57,18 @@ def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
     """Each block of the page runs; a block followed by a ```text block prints exactly that."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
+    # A page may set environment variables (docs/recipes.md sets a demo
+    # LANGGRAPH_AES_KEY): restored afterwards, so later tests do not inherit them.
+    saved_env = os.environ.copy()
+    try:
+        _run_page(page, monkeypatch)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
+def _run_page(page: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run every block of ``page`` in one module namespace."""
     # A real module: typing.get_type_hints (StateGraph, TypedDict) looks classes up there.
     module = types.ModuleType(f"docs_{page.stem.replace('-', '_')}")
     monkeypatch.setitem(sys.modules, module.__name__, module)
