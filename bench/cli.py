@@ -166,7 +166,8 @@ def _parse_threads(
     "--scenario",
     "scenarios",
     multiple=True,
-    help=f"Scenario(s) to run, repeatable or comma-separated: {', '.join(all_scenario_names())}.",
+    help=f"Scenario(s) to run, repeatable or comma-separated: {', '.join(all_scenario_names())}; "
+    "or memory-store alone (the long-term memory stores, deltalog.bench.store_bench).",
 )
 @click.option(
     "--savers",
@@ -251,6 +252,13 @@ def bench_command(
     PNG plots (and results.md, the tables as Markdown) to --out. Exits 1 if any
     saver raises or ends with a wrong state.
     """
+    if _split(scenarios) == ["memory-store"]:
+        from deltalog.bench import store_bench
+
+        pg = [] if no_pg or "postgres" not in savers else ["--postgres", pg_dsn or "local"]
+        if pg == ["--postgres", "local"] and find_pg_bindir() is None:
+            pg = []
+        return store_bench.main((["--quick"] if quick else []) + pg)
     console = Console()
     if not console.is_terminal:
         # Logs and CI: rich would wrap the tables at 80 columns.

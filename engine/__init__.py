@@ -5,7 +5,7 @@
 ...     graph = builder.compile(checkpointer=saver)
 
 The saver (and with it LangGraph) is imported on first use of
-``DeltaLogSaver`` or ``Store``, so ``deltalog --help`` and the commands that
+``DeltaLogSaver``, ``DeltaLogStore`` or ``Store``, so ``deltalog --help`` and the commands that
 read only keys start without loading LangGraph (issue 19, fast start).
 """
 
@@ -28,6 +28,7 @@ from deltalog.engine.errors import (
 )
 
 if TYPE_CHECKING:
+    from deltalog.engine.memory import DeltaLogStore
     from deltalog.engine.saver import DeltaLogSaver
     from deltalog.engine.store import Store
 
@@ -38,6 +39,7 @@ __all__ = [
     "DeltaChainError",
     "DeltaLogError",
     "DeltaLogSaver",
+    "DeltaLogStore",
     "FormatVersionError",
     "InvalidInputError",
     "KeyTooLongError",
@@ -47,11 +49,15 @@ __all__ = [
     "ThreadExistsError",
 ]
 
-_LAZY = {"DeltaLogSaver": "deltalog.engine.saver", "Store": "deltalog.engine.store"}
+_LAZY = {
+    "DeltaLogSaver": "deltalog.engine.saver",
+    "DeltaLogStore": "deltalog.engine.memory",
+    "Store": "deltalog.engine.store",
+}
 
 
 def __getattr__(name: str) -> Any:
-    """``DeltaLogSaver`` and ``Store``, imported when first asked for (PEP 562)."""
+    """``DeltaLogSaver``, ``DeltaLogStore`` and ``Store``, imported when first asked for (PEP 562)."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -70,11 +70,16 @@ class _Root(DeltaLogGroup):
 
     #: name -> (module, attribute, short help shown by `deltalog --help` without importing it)
     lazy: ClassVar[dict[str, tuple[str, str, str]]] = {
+        "memory": (
+            "deltalog.engine.cli_memory",
+            "memory_cmd",
+            "Inspect and edit the long-term memory (BaseStore items) in a store.",
+        ),
         "bench": (
             "deltalog.bench.cli",
             "bench_command",
             "Measure storage and latency against other LangGraph savers.",
-        )
+        ),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -251,6 +256,11 @@ def demo_cmd(
 @click.option("--to", "to_uri", metavar="URI", help="Copy PATH's threads into this saver.")
 @click.option("--from", "from_uri", metavar="URI", help="Copy this saver's threads into PATH.")
 @click.option("--no-verify", is_flag=True, help="Skip listing the target afterwards.")
+@click.option(
+    "--items/--no-items",
+    default=None,
+    help="Also copy the memory store's items (default: when no THREAD is named).",
+)
 @json_option
 def migrate_cmd(
     path: Path,
@@ -258,6 +268,7 @@ def migrate_cmd(
     to_uri: str | None,
     from_uri: str | None,
     no_verify: bool,
+    items: bool | None,
     as_json: bool,
 ) -> None:
     """Copy threads (all by default) between PATH and another LangGraph saver.
@@ -268,7 +279,9 @@ def migrate_cmd(
     target reads the threads natively and graphs continue on it — delta
     channels included. Resumable: run it again after an interruption and
     checkpoints already copied are skipped. Verifies at the end that the
-    target lists every checkpoint; exit status 1 if not.
+    target lists every checkpoint; exit status 1 if not. Then the memory
+    store's items (SqliteStore / PostgresStore tables in the same database):
+    namespace, key, value and remaining TTL; the target embeds nothing.
     """
     from deltalog.engine.migrate import (
         MigrationError,
@@ -300,15 +313,31 @@ def migrate_cmd(
             report = run_migration(
                 plan, source, target, on_checkpoint=lambda: bar.advance(task), verify=not no_verify
             )
+        copied = None
+        if items if items is not None else not thread_ids:
+            from deltalog.engine.memory import DeltaLogStore
+            from deltalog.engine.migrate_items import copy_items, open_store_uri
+
+            with open_store_uri(uri) as other_store:
+                mine = DeltaLogStore.from_saver(store)
+                copied = copy_items(
+                    mine if to_uri else other_store, other_store if to_uri else mine
+                )
     src = str(path) if to_uri else describe_uri(uri)
     dst = describe_uri(uri) if to_uri else str(path)
     if as_json:
-        out.json({"source": src, "target": dst, **report.to_dict()})
+        extra = {} if copied is None else {"items": copied.items, "items_skipped": copied.skipped}
+        out.json({"source": src, "target": dst, **report.to_dict(), **extra})
     else:
         out.console.print(
             f"{src} → {dst}: {report.threads:,} threads, {report.checkpoints:,} checkpoints "
             f"and {report.writes:,} writes copied, {report.skipped:,} already there"
             + (f"; {report.hidden:,} were hidden in the source" if report.hidden else "")
+            + (
+                ""
+                if copied is None
+                else f"; {copied.items:,} memory items copied, {copied.skipped:,} already there"
+            )
         )
         if not no_verify:
             out.console.print(

@@ -112,12 +112,20 @@ class DeltaLogGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.ClickException, BrokenPipeError):
+        except (click.ClickException, click.exceptions.Exit, click.Abort, BrokenPipeError):
             raise
         except self.user_errors as exc:
             if ctx.meta.get("deltalog.traceback"):
                 raise
             raise CliError(one_line(exc)) from exc
+        except Exception as exc:
+            # A bug (or an error nothing translates yet): still one line, never a traceback.
+            if ctx.meta.get("deltalog.traceback"):
+                raise
+            raise CliError(
+                f"internal error: {one_line(exc)}; `deltalog --traceback ...` shows where "
+                "(please report it)"
+            ) from exc
 
 
 # -- option decorators --------------------------------------------------------------
@@ -130,12 +138,15 @@ def store_path(
 
     With ``default``, PATH may be left out (``[PATH]`` in the usage line).
     """
+    # No `default=None` for a required PATH: click 8.2+ would take it as a value and
+    # let `deltalog threads` (no PATH) through to the command with None.
+    extra: dict[str, Any] = {} if default is None else {"default": default}
     return click.argument(
         name,
         metavar="PATH" if default is None else "[PATH]",
         type=click.Path(file_okay=False, exists=exists, path_type=Path),
         required=default is None,
-        default=default,
+        **extra,
     )
 
 
@@ -215,11 +226,18 @@ def parse_age(text: str) -> timedelta | datetime:
     datetime.datetime(2024, 5, 1, 0, 0, tzinfo=datetime.timezone.utc)
 
     Raises:
-        ValueError: Neither form; a naive instant (no time zone).
+        ValueError: Neither form; a naive instant (no time zone); an age too long to subtract.
     """
     m = _AGE.match(text)
     if m:
-        return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+        try:
+            age = timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+            datetime.now(timezone.utc) - age  # the cut-off must be a representable instant
+        except OverflowError:
+            raise ValueError(
+                f"{text!r} reaches back past the year 1; pass a shorter age, e.g. 3650d"
+            ) from None
+        return age
     try:
         when = datetime.fromisoformat(text.strip())
     except ValueError:
@@ -293,14 +311,14 @@ def config_for(
     return {"configurable": conf}
 
 
-# -- the store and the user's graph ------------------------------------------------------
-
-
 # -- the serializer of CLI reads (issue 15.14, 15.16): deltalog.engine.cli_serde ----------
 
 TRUSTED_ENV = "DELTALOG_TRUSTED"
 SERDE_ENV = "DELTALOG_SERDE"
 AES_KEY_ENV = "LANGGRAPH_AES_KEY"
+
+
+# -- the store and the user's graph ------------------------------------------------------
 
 
 @contextlib.contextmanager

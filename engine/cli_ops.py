@@ -7,7 +7,7 @@ whose report is printed (``--json``: its ``to_dict()``).
 The export stream (``deltalog export``, format ``deltalog-export`` version 1)
 is JSON Lines: one JSON object per line, the first the header
 ``{"kind": "header", "format": "deltalog-export", "version": 1}``, then the
-``checkpoint``, ``blob`` and ``write`` records of
+``checkpoint``, ``blob``, ``write`` and (memory store) ``item`` records of
 :meth:`DeltaLogSaver.export_records`. Values stay exactly as the saver's serde
 wrote them; every ``bytes`` field is written as ``{"$b64": "<base64>"}``.
 docs/cli.md documents every field.
@@ -620,11 +620,19 @@ def _alive(pid: int) -> bool:
     is_flag=True,
     help="zstd-compress the stream (`deltalog import` reads it as it is; `zstd -d` unpacks it).",
 )
-def export_cmd(path: Path, thread_ids: tuple[str, ...], output: IO[str], compress: bool) -> None:
+@click.option(
+    "--items/--no-items",
+    default=None,
+    help="Also write the memory store's items (default: when no THREAD is named).",
+)
+def export_cmd(
+    path: Path, thread_ids: tuple[str, ...], output: IO[str], compress: bool, items: bool | None
+) -> None:
     """Write threads (all by default) as a portable stream: JSON Lines, format version 1.
 
     Every checkpoint, value and write, exactly as the saver's serializer
-    stored it, so `deltalog import` rebuilds identical threads in any store.
+    stored it, so `deltalog import` rebuilds identical threads in any store;
+    then the memory store's live items with their vectors.
     The format is documented in docs/cli.md. JSON Lines with base64 values
     are several times the stored size: stderr says by how much at the end,
     and --compress writes the stream zstd-compressed.
@@ -644,7 +652,8 @@ def export_cmd(path: Path, thread_ids: tuple[str, ...], output: IO[str], compres
                 task = bar.add_task(
                     "exporting checkpoints", total=sum(summaries[t].checkpoints for t in chosen)
                 )
-                for record in saver.export_records(chosen):
+                wanted = items if items is not None else not thread_ids
+                for record in saver.export_records(chosen, items=wanted):
                     sink.write(encode_record(record) + "\n", record["kind"])
                     if record["kind"] == "checkpoint":
                         bar.update(

@@ -102,8 +102,11 @@ def make_serde(
     """
     if spec:
         obj = import_attr(spec, "--serde")
-        if not hasattr(obj, "loads_typed") and callable(obj):
-            obj = obj()
+        if isinstance(obj, type) or (not hasattr(obj, "loads_typed") and callable(obj)):
+            try:
+                obj = obj()  # a serializer class, or a factory
+            except Exception as exc:
+                raise CliError(f"--serde {spec!r}: calling it failed: {one_line(exc)}") from exc
         if not (hasattr(obj, "loads_typed") and hasattr(obj, "dumps_typed")):
             raise CliError(
                 f"--serde {spec!r} is a {type(obj).__name__}; point it at a serializer "

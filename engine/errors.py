@@ -8,6 +8,9 @@ so callers never need to import ``lmdb``.
 
 from __future__ import annotations
 
+import threading
+from typing import TYPE_CHECKING, Any
+
 __all__ = [
     "ConcurrentChangeError",
     "ConfigError",
@@ -15,18 +18,23 @@ __all__ = [
     "DamagedKeyError",
     "DeltaChainError",
     "DeltaLogError",
+    "EmbeddingError",
     "ForkedStoreError",
     "FormatVersionError",
     "GroupCommitOffError",
     "ImportRecordError",
     "InvalidInputError",
+    "ItemExistsError",
+    "ItemValueError",
     "KeyTooLongError",
     "MigrationError",
+    "NamespaceError",
     "NotAStoreError",
     "OptionError",
     "ParentCycleError",
     "ReadOnlyStoreError",
     "ReducerMismatchError",
+    "ReentrantWriteError",
     "SerdeMismatchError",
     "StoreClosedError",
     "StoreFullError",
@@ -169,3 +177,58 @@ class GroupCommitOffError(DeltaLogError):
 class OptionError(InvalidInputError):
     """A constructor option is out of range (a negative cache or memo budget, a negative
     compression threshold); the message names the option and its value."""
+
+
+class ReentrantWriteError(DeltaLogError):
+    """A write was asked for from inside a write transaction of the same store (a
+    callback such as a prune reducer writing to the saver); it would wait for itself."""
+
+
+class ItemValueError(InvalidInputError):
+    """A memory item's key, value, filter, TTL or index field list cannot be stored."""
+
+
+class EmbeddingError(InvalidInputError):
+    """The memory store's embedder raised, or returned the wrong number of vectors or
+    dimensions; nothing was written."""
+
+
+class ItemExistsError(DeltaLogError):
+    """An import stream holds a memory item whose (namespace, key) is already live in
+    the target store; nothing was written."""
+
+
+if TYPE_CHECKING:
+    from langgraph.store.base import InvalidNamespaceError
+
+    class NamespaceError(InvalidInputError, InvalidNamespaceError):
+        """A memory store namespace (or a prefix/suffix pattern) is invalid."""
+
+
+_NAMESPACE_ERROR_LOCK = threading.Lock()
+
+
+def __getattr__(name: str) -> Any:
+    """``NamespaceError``, made on first use: it is also LangGraph's
+    ``InvalidNamespaceError`` (as the contract says), and importing LangGraph
+    here would make every ``import deltalog.engine.errors`` load it."""
+    if name != "NamespaceError":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    with _NAMESPACE_ERROR_LOCK:
+        made = globals().get("NamespaceError")
+        if made is None:
+            from langgraph.store.base import InvalidNamespaceError
+
+            made = type(
+                "NamespaceError",
+                (InvalidInputError, InvalidNamespaceError),
+                {
+                    "__module__": __name__,
+                    "__doc__": "A memory store namespace (or a prefix/suffix pattern) is "
+                    "invalid: a label that is not a non-empty string, or holds a period or "
+                    "NUL; for put(), also an empty namespace or the root label "
+                    '``"langgraph"``. Also LangGraph\'s ``InvalidNamespaceError``.',
+                },
+            )
+            globals()["NamespaceError"] = made
+        return made

@@ -14,7 +14,9 @@ infinite float versions too), a value pair ``[type, bytes]`` whose type the
 store's serde would not load (``pickle`` unless the serde has its pickle
 fallback on) or whose ``msgpack``/``json`` bytes do not parse, a checkpoint
 or metadata body that is not a mapping, duplicate checkpoints, values or
-writes, and parent cycles (a self-parent included) within a namespace.
+writes, and parent cycles (a self-parent included) within a namespace. A
+memory ``item`` record is checked as a put would be (namespace labels, key,
+JSON value), with its instants, TTL and float32 vectors; a duplicate item too.
 Parsing never constructs a value: msgpack extension types (the ones a
 serde's type hooks would turn into objects) are skipped, not called.
 """
@@ -43,7 +45,9 @@ EXPORT_VERSION: Final = 1
 #: The type tags LangGraph's JsonPlusSerializer.loads_typed accepts (pickle only with its fallback).
 _JSONPLUS_TYPES: Final = frozenset({"null", "bytes", "bytearray", "json", "msgpack"})
 _KNOWN_FLAGS: Final = FLAG_HIDDEN
-_KINDS: Final = ("checkpoint", "blob", "write")
+_KINDS: Final = ("checkpoint", "blob", "write", "item")
+#: Largest microsecond/millisecond instant an item record may carry (the u64 TTL index).
+_MAX_INSTANT: Final = 2**63 - 1
 
 
 def serde_types(serde: SerializerProtocol) -> Callable[[str], bool] | None:
@@ -82,6 +86,7 @@ class _Checker:
         self.blobs: dict[tuple[str, str, str, Any], int] = {}
         self.writes: dict[tuple[str, str, str, str, str, int], int] = {}
         self.first_lines: dict[str, int] = {}
+        self.items: dict[tuple[tuple[str, ...], str], int] = {}
 
     def fail(self, reason: str) -> ImportRecordError:
         return ImportRecordError(self.line, reason)
@@ -150,6 +155,8 @@ class _Checker:
                 "load; import into a store opened with a serde that does, or re-export from the "
                 "source store"
             )
+        if body and tag in _JSONPLUS_TYPES - {"msgpack", "json"}:
+            raise self.fail(f"{name} has type {tag!r}: a body must be a mapping")
         parsed: Any = None
         try:
             if tag == "msgpack":
@@ -176,6 +183,8 @@ class _Checker:
             raise self.fail("a second header; concatenate streams by importing them one by one")
         if kind not in _KINDS:
             raise self.fail(f"kind {kind!r:.40} is unknown; expected one of {', '.join(_KINDS)}")
+        if kind == "item":
+            return self.item(rec)
         thread_id = self.text(rec, "thread_id", kind)
         ns = self.text(rec, "checkpoint_ns", kind)
         self.first_lines.setdefault(thread_id, self.line)
@@ -247,6 +256,82 @@ class _Checker:
         group = (out["thread_id"], out["checkpoint_ns"])
         self.duplicate(self.checkpoints, (*group, cid), f"checkpoint {cid!r}")
         self.parents.setdefault(group, {})[cid] = parent
+
+    def item(self, rec: Mapping[str, Any]) -> dict[str, Any]:
+        """A memory store item (deltalog.engine.memory_export), checked as a put would be."""
+        from deltalog.engine import memory_core as core
+
+        kind = "item"
+        try:
+            ns = core.validate_labels(self.field(rec, "namespace", kind))
+        except InvalidInputError as exc:
+            raise self.fail(f"namespace: {exc}") from None
+        key = self.field(rec, "key", kind)
+        if not isinstance(key, str):
+            raise self.fail(f"key {key!r:.60} is a {type(key).__name__}, not a string")
+        self.wrap(lambda: keys.item_key(1, key), "key")
+        try:
+            value = core.check_value(self.field(rec, "value", kind), f"item {key!r:.60}")
+        except InvalidInputError as exc:
+            raise self.fail(str(exc)) from None
+        instants: dict[str, int | None] = {}
+        for name in ("created_us", "updated_us", "expires_ms"):
+            at = self.field(rec, name, kind)
+            if at is None and name == "expires_ms":
+                instants[name] = None
+                continue
+            if type(at) is not int or not 0 <= at <= _MAX_INSTANT:
+                raise self.fail(
+                    f"{name} {at!r:.40} is not an int instant in 0..2**63-1"
+                    + (" (or null: never expires)" if name == "expires_ms" else "")
+                )
+            instants[name] = at
+        try:
+            ttl = core.check_ttl(self.field(rec, "ttl_minutes", kind), "ttl_minutes")
+        except InvalidInputError as exc:
+            raise self.fail(str(exc)) from None
+        if (ttl is None) != (instants["expires_ms"] is None):
+            raise self.fail(
+                f"ttl_minutes {ttl!r} and expires_ms {instants['expires_ms']!r} disagree: an "
+                "item with a TTL has an expiry and one without has none"
+            )
+        out: dict[str, Any] = {
+            "kind": kind,
+            "namespace": ns,
+            "key": key,
+            "value": value,
+            "ttl_minutes": ttl,
+            "vectors": self.vectors(self.field(rec, "vectors", kind)),
+            "line": self.line,
+            **instants,
+        }
+        self.duplicate(self.items, (ns, key), f"item {key!r:.60} of namespace {ns!r:.60}")
+        return out
+
+    def vectors(self, found: Any) -> list[dict[str, Any]]:
+        if not isinstance(found, list) or len(found) > 0xFFFF:
+            raise self.fail(f"vectors {found!r:.60} is not a list (of at most 65535 records)")
+        out: list[dict[str, Any]] = []
+        for i, vec in enumerate(found):
+            what = f"vectors[{i}]"
+            if not isinstance(vec, Mapping):
+                raise self.fail(f"{what} {vec!r:.60} is not an object")
+            path, digest, data = (
+                self.field(vec, n, "vector") for n in ("path", "digest", "vector")
+            )
+            if not isinstance(path, str) or not path:
+                raise self.fail(f"{what}.path {path!r:.60} is not a non-empty string")
+            if not isinstance(digest, bytes) or len(digest) != 16:
+                raise self.fail(f"{what}.digest {digest!r:.60} is not 16 bytes")
+            if not isinstance(data, bytes) or not data or len(data) % 4:
+                raise self.fail(
+                    f"{what}.vector {data!r:.40} is not float32 bytes (a non-empty multiple of 4)"
+                )
+            floats = memoryview(data).cast("f")
+            if not all(math.isfinite(x) for x in floats):
+                raise self.fail(f"{what}.vector holds a NaN or infinite float")
+            out.append({"path": path, "digest": digest, "vector": data})
+        return out
 
     def duplicate(self, seen: dict[Any, int], where: Any, what: str) -> None:
         first = seen.setdefault(where, self.line)

@@ -14,7 +14,22 @@ writes        thread(uid) · ns(uid) · checkpoint_id(id) · task_path(str)  cha
               · task_id(str) · idx(i32 sign-shifted)
 blobs         thread(uid) · ns(uid) · channel(uid) · version(ver)         blob record
 runs          run_id(run) · thread(uid) · ns(uid) · checkpoint_id(id)     empty
+item_ns       ``0x00`` · namespace name-key                              namespace id (u64 BE)
+              ``0x01`` · namespace id (u64 BE, fixed)                     namespace record
+items         namespace(uid) · key(ikey)                                  item record
+item_vectors  namespace(uid) · key(ikey) · field ordinal (u16 BE)         vector record
+item_ttl      expires_at (u64 BE, ms since epoch) · namespace(uid) ·      empty
+              key(ikey)
 ============  ==========================================================  ==========================
+
+The four ``item*`` databases hold the long-term memory store
+(``deltalog.engine.memory``); they are created by the first writable open and
+read as empty where they do not exist yet (a read-only open of an older store).
+A namespace's name-key is that of the labels joined with ``.`` (labels never
+hold a period); ``ikey`` is ``0x00`` · ``str`` for item keys whose encoding
+fits 400 bytes, else ``0x01`` · sha256(UTF-8) (the record holds the full key
+and is compared on lookup). ``item_ttl`` sorts by expiry, so a sweep reads only
+the expired prefix.
 
 Encodings (all big-endian, every one order-preserving and self-delimiting):
 
@@ -90,6 +105,8 @@ __all__ = [
     "decode_blob_key",
     "decode_checkpoint_key",
     "decode_id",
+    "decode_item_ns_rev_key",
+    "decode_item_ttl_key",
     "decode_run_key",
     "decode_str",
     "decode_uid",
@@ -100,6 +117,12 @@ __all__ = [
     "encode_run",
     "encode_str",
     "encode_version",
+    "item_key",
+    "item_ns_key",
+    "item_ns_rev_key",
+    "item_prefix",
+    "item_ttl_key",
+    "item_vector_key",
     "name_key",
     "name_rev_key",
     "ns_prefix",
@@ -560,3 +583,63 @@ def decode_run_key(key: bytes) -> tuple[int, int, str]:
     cid, end = decode_id(key, pos)
     _ends(key, end, "checkpoint id")
     return t, n, cid
+
+
+# -- long-term memory (deltalog.engine.memory) -------------------------------------
+
+ITEM_NS_NAME: Final = b"\x00"
+ITEM_NS_REV: Final = b"\x01"
+_IKEY_STR: Final = 0x00
+_IKEY_HASH: Final = 0x01
+_U16 = struct.Struct(">H")
+
+
+def item_ns_key(namespace: tuple[str, ...]) -> bytes:
+    """Key of ``item_ns`` mapping a namespace to its id (labels joined by ``.``)."""
+    return ITEM_NS_NAME + name_key(b"", ".".join(namespace))
+
+
+def item_ns_rev_key(ns_id: int) -> bytes:
+    """Key of ``item_ns`` mapping a namespace id back to its record."""
+    return ITEM_NS_REV + _U64.pack(ns_id)
+
+
+def decode_item_ns_rev_key(key: bytes) -> int:
+    """The namespace id of an :func:`item_ns_rev_key`."""
+    if len(key) != 9 or key[:1] != ITEM_NS_REV:
+        raise _damaged(key, "not an item_ns id key")
+    return int(_U64.unpack_from(key, 1)[0])
+
+
+def item_prefix(ns_id: int) -> bytes:
+    """Prefix of every ``items``/``item_vectors`` key of one namespace."""
+    return uid(ns_id)
+
+
+def _ikey(key: str) -> bytes:
+    raw = encode_str(key, "item key")
+    if len(raw) <= _INLINE_NAME:
+        return bytes((_IKEY_STR,)) + raw
+    return bytes((_IKEY_HASH,)) + hashlib.sha256(_utf8(key, "item key")).digest()
+
+
+def item_key(ns_id: int, key: str) -> bytes:
+    """Key of ``items``: namespace id, then the item key (at most 411 bytes)."""
+    return uid(ns_id) + _ikey(key)
+
+
+def item_vector_key(item: bytes, ordinal: int) -> bytes:
+    """Key of ``item_vectors``: the item's key, then the field ordinal."""
+    return item + _U16.pack(ordinal)
+
+
+def item_ttl_key(expires_ms: int, item: bytes) -> bytes:
+    """Key of ``item_ttl``: expiry (ms since epoch), then the item's key."""
+    return _U64.pack(expires_ms) + item
+
+
+def decode_item_ttl_key(key: bytes) -> tuple[int, bytes]:
+    """The expiry and the ``items`` key of an :func:`item_ttl_key`."""
+    if len(key) < 10:
+        raise _damaged(key, "item_ttl key too short")
+    return int(_U64.unpack_from(key, 0)[0]), bytes(key[8:])

@@ -24,6 +24,7 @@ import contextlib
 import errno
 import fcntl
 import importlib
+import itertools
 import logging
 import os
 import shutil
@@ -56,6 +57,7 @@ from deltalog.engine.errors import (
     NotAStoreError,
     ParentCycleError,
     ReadOnlyStoreError,
+    ReentrantWriteError,
     StoreClosedError,
     StoreFullError,
     StoreOpenError,
@@ -96,7 +98,14 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: The stores whose write op this thread is running (a write asked for from
+#: inside one would wait for itself: Store._check_writable refuses it).
+_IN_WRITE_OP: Final = threading.local()
 _DBS: Final = ("meta", "names", "names_rev", "checkpoints", "writes", "blobs", "runs")
+# The long-term memory store's databases (deltalog.engine.memory_io): created by
+# the first writable open; absent (handle None, read as empty) in a read-only
+# open of a store no writable open of this version touched.
+_MEMORY_DBS: Final = ("items", "item_ns", "item_vectors", "item_ttl")
 _UNSUPPORTED_FS: Final = frozenset(
     {"nfs", "nfs4", "cifs", "smb", "smb2", "smbfs", "9p", "fuse.sshfs", "afs"}
 )
@@ -139,8 +148,9 @@ MAX_WALK: Final = 1_000_000
 # verify_tables resumes a database walk after LMDB damage at most this often.
 _VERIFY_RESTARTS: Final = 10_000
 # Ancestors an ordinary put (new id above its parent's) checks for a parent
-# cycle: short loops crafted by two or three puts; see WriteTxn._refuse_cycle.
-_QUICK_CYCLE_STEPS: Final = 4
+# cycle: a loop of two puts naming each other. About 2 µs per step on the
+# 2-core VM, against 75 µs for a whole non-durable put; see _refuse_cycle.
+_QUICK_CYCLE_STEPS: Final = 2
 
 
 @dataclass
@@ -219,6 +229,10 @@ class _Dbs:
     writes: Any
     blobs: Any
     runs: Any
+    items: Any = None
+    item_ns: Any = None
+    item_vectors: Any = None
+    item_ttl: Any = None
 
 
 class _RWLock:
@@ -1814,7 +1828,7 @@ class WriteTxn(ReadTxn):
         * a parent equal to the checkpoint is refused at once;
         * a put whose parent key is below its own key and whose id is new (every
           put the runtime makes: uuid6 ids grow with time) walks at most
-          ``_QUICK_CYCLE_STEPS`` (4) ancestors, so the cost stays constant;
+          ``_QUICK_CYCLE_STEPS`` (2) ancestors, so the cost stays constant;
         * any other put (a parent key above its own, or an id that is stored
           already and is being re-written) walks the parent chain from the
           parent up to the root or a missing record, refusing when it reaches
@@ -1846,25 +1860,26 @@ class WriteTxn(ReadTxn):
             latest is None or latest < key or self.txn.get(key, db=self.dbs.checkpoints) is None
         ):
             limit = _QUICK_CYCLE_STEPS
-        chain = [checkpoint_id]
+        chain = [key]  # keys: ids are decoded only for the error
         seen: set[bytes] = set()
         while cursor is not None and (limit is None or len(seen) < limit):
             pkey = prefix + cursor
             if pkey == key:
-                loop = " -> ".join([*chain, checkpoint_id])
+                loop = " -> ".join(keys.decode_checkpoint_key(k)[2] for k in [*chain, key])
                 raise ParentCycleError(
                     f"put: checkpoint {checkpoint_id!r} of thread {thread_id!r} would become its "
                     f"own ancestor ({loop}); pass the config of a checkpoint that does not "
                     "descend from it as the parent. Nothing was written"
                 )
             if pkey in seen:
-                raise self._cycle(t, n, chain[-1], pkey)
+                raise self._cycle(t, n, keys.decode_checkpoint_key(chain[-1])[2], pkey)
             seen.add(pkey)
             raw = self.txn.get(pkey, db=self.dbs.checkpoints)
             if raw is None:
                 return
-            chain.append(keys.decode_checkpoint_key(pkey)[2])
-            cursor = _parent_in(_parent_out(self._envelope(pkey, raw)[0]))
+            chain.append(pkey)
+            parent = self._envelope(pkey, raw)[0]
+            cursor = keys.encode_id(parent) if isinstance(parent, str) else parent
 
     def put_writes(
         self,
@@ -2144,8 +2159,12 @@ class Store:
             order (docs/operations.md).
         codec: The record codec.
         group_commit: Concurrent writers share one transaction and one fsync.
-        readonly: Open without write access (inspection).
-        max_readers: LMDB reader slots (concurrent read transactions, all processes).
+        readonly: Open without write access (inspection). Creates and changes
+            nothing: a path that holds no deltalog store raises
+            :class:`NotAStoreError`; without write access to ``lock.mdb``
+            (or with none), a store no process has open is read without it.
+        max_readers: LMDB reader slots (concurrent read transactions, all
+            processes); a read that finds none free waits for one (``READER_WAIT``).
         delta_blobs: Store large channel values as deltas of their previous
             version (see :meth:`WriteTxn.put_blob`).
         memo_entries: Delta histories remembered per process (see
@@ -2270,7 +2289,7 @@ class Store:
             return lmdb.open(
                 os.fsencode(self.path),  # not str: LMDB would take it as UTF-8
                 map_size=size,
-                max_dbs=len(_DBS) + 1,
+                max_dbs=len(_DBS) + len(_MEMORY_DBS) + 1,
                 max_readers=self.max_readers,
                 sync=self.durable,
                 metasync=self.durable,
@@ -2326,15 +2345,18 @@ class Store:
         """
         try:
             with self.env.begin() as txn:
-                named = [bytes(k) for k in txn.cursor().iternext(values=False)]
-            if b"meta" not in named:
+                has_meta = txn.get(b"meta") is not None
+                # A few names for the message (a foreign main database may be huge).
+                listed = txn.cursor().iternext(values=False)
+                named = [bytes(k) for k in itertools.islice(listed, 8)]
+            if not has_meta:
                 if not named and not self.readonly:
                     return
                 why = (
                     "an empty LMDB environment"
                     if not named
                     else "another application's LMDB environment (databases: "
-                    + ", ".join(repr(k.decode("utf-8", "replace")) for k in named[:8])
+                    + ", ".join(repr(k.decode("utf-8", "replace")) for k in named)
                     + ")"
                 )
                 raise NotAStoreError(
@@ -2367,9 +2389,15 @@ class Store:
                 # Without txn=: py-lmdb opens (and commits) its own transaction, so
                 # the handles outlive it; a read transaction would discard them.
                 handles = {name: self.env.open_db(name.encode(), create=False) for name in _DBS}
+                for name in _MEMORY_DBS:
+                    with contextlib.suppress(lmdb.NotFoundError):
+                        handles[name] = self.env.open_db(name.encode(), create=False)
             else:
                 with self.env.begin(write=True) as txn:
-                    handles = {name: self.env.open_db(name.encode(), txn=txn) for name in _DBS}
+                    handles = {
+                        name: self.env.open_db(name.encode(), txn=txn)
+                        for name in _DBS + _MEMORY_DBS
+                    }
                     raw = txn.get(b"format_version", db=handles["meta"])
                     if raw is None:
                         txn.put(
@@ -2410,6 +2438,14 @@ class Store:
         self._check_pid()
         if self.readonly:
             raise ReadOnlyStoreError(f"store {self.path!r} was opened read-only")
+        if self in getattr(_IN_WRITE_OP, "stores", ()):
+            # LMDB has one write transaction at a time: waiting here for the next
+            # one, inside the current one, would wait forever.
+            raise ReentrantWriteError(
+                f"a write to store {self.path!r} was asked for from inside one of its own "
+                "write transactions (e.g. a reducer passed to prune, or an embedder, that "
+                "writes to the same saver or store); write after the operation returns"
+            )
 
     def _check_pid(self) -> None:
         if self._closed:
@@ -2852,6 +2888,8 @@ class Store:
                         before_commit()
                         before_commit = None
                     wtxns.append(WriteTxn(self, txn, names))
+                    running = _IN_WRITE_OP.__dict__.setdefault("stores", set())
+                    running.add(self)
                     try:
                         req.value = req.op(wtxns[-1])
                     except lmdb.MapFullError:
@@ -2862,6 +2900,8 @@ class Store:
                         )
                         req.done, failed = True, req
                         break
+                    finally:
+                        running.discard(self)
                 if failed is not None:
                     # The ops share one transaction: drop it with what the failed op
                     # wrote, and run the others again without it. (A nested

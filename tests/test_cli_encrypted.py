@@ -130,3 +130,7 @@ def test_cli_serde_option(store: Path, tmp_path: Path) -> None:
     assert "has no attribute 'nosuch'" in line
     line = one_error_line(deltalog("--serde", "os:sep", "show", store, "chat"))
     assert "point it at a serializer" in line
+    # A serializer class is instantiated; this one has no key, so: the cause, in one line.
+    plain = "langgraph.checkpoint.serde.jsonplus:JsonPlusSerializer"
+    line = one_error_line(deltalog("--serde", plain, "show", store, "chat"))
+    assert "written with EncryptedSerializer" in line

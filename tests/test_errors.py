@@ -19,6 +19,7 @@ from deltalog.engine.errors import (
     MigrationError,
     OptionError,
     ReadOnlyStoreError,
+    ReentrantWriteError,
     StoreClosedError,
 )
 from deltalog.engine.memo import HistoryMemo
@@ -100,26 +101,57 @@ def test_migration_error_lives_in_errors_and_keeps_its_old_name() -> None:
         pass
 
 
-def test_a_prune_that_the_threads_keep_outrunning(make_saver: Callable[..., DeltaLogSaver]) -> None:
-    """A re-seeding prune whose reducer writes to the thread each time: every attempt
-    finds the thread changed, and after its retries the prune gives up, changing nothing."""
+def test_a_prune_that_the_threads_keep_outrunning(
+    make_saver: Callable[..., DeltaLogSaver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A re-seeding prune whose plan is outrun by a writer on every attempt (a checkpoint
+    put between its planning read and its write transaction) gives up after its retries
+    with ConcurrentChangeError, deleting nothing."""
     saver = make_saver()
     config = put_values(saver, "t", {"msgs": _DeltaSnapshot(["a"])})
     for i in range(3):
         saver.put_writes(config, [("msgs", f"w{i}")], f"task-{i}")
         config = grow(saver, config)
     before = len(list(saver.list({"configurable": {"thread_id": "t"}})))
-    calls = []
+    plans = []
+    planned = saver._groups_of
+
+    def outrun(*args: Any, **kwargs: Any) -> Any:
+        groups = planned(*args, **kwargs)
+        plans.append(len(groups))
+        grow(saver, latest(saver))  # another writer gets in between plan and commit
+        return groups
+
+    monkeypatch.setattr(saver, "_groups_of", outrun)
+    with pytest.raises(ConcurrentChangeError, match="kept changing"):
+        saver.prune(["t"], keep_last=1, reducers={"msgs": lambda s, w: [*s, *w]})
+    assert len(plans) > 1
+    assert len(list(saver.list({"configurable": {"thread_id": "t"}}))) == before + len(plans)
+
+
+# Without the guard this test waits for itself forever; "thread": the signal method
+# cannot fire while a group-commit leader defers SIGALRM.
+@pytest.mark.timeout(60, method="thread")
+def test_a_write_from_inside_a_write_transaction_is_refused(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """A reducer that writes to the saver during the prune's write transaction gets
+    ReentrantWriteError instead of waiting for itself forever; nothing is pruned."""
+    saver = make_saver()
+    config = put_values(saver, "t", {"msgs": _DeltaSnapshot(["a"])})
+    for i in range(3):
+        saver.put_writes(config, [("msgs", f"w{i}")], f"task-{i}")
+        config = grow(saver, config)
+    before = len(list(saver.list({"configurable": {"thread_id": "t"}})))
 
     def reducer(state: Any, writes: Sequence[Any]) -> Any:
-        calls.append(len(writes))
-        grow(saver, latest(saver))  # another writer gets in between plan and commit
+        grow(saver, latest(saver))
         return [*state, *writes]
 
-    with pytest.raises(ConcurrentChangeError, match="kept changing"):
+    with pytest.raises(ReentrantWriteError, match="inside one of its own write transactions"):
         saver.prune(["t"], keep_last=1, reducers={"msgs": reducer})
-    assert len(calls) > 1
-    assert len(list(saver.list({"configurable": {"thread_id": "t"}}))) == before + len(calls)
+    assert len(list(saver.list({"configurable": {"thread_id": "t"}}))) == before
+    grow(saver, latest(saver))  # the store still takes writes
 
 
 def latest(saver: DeltaLogSaver) -> Any:

@@ -213,6 +213,11 @@ CASES = [
         set_field("checkpoint", "checkpoint", ["msgpack", packed([1, 2])]),
         "not a mapping",
     ),
+    Case(
+        "metadata-null-typed",
+        set_field("checkpoint", "metadata", ["null", b""]),
+        "a body must be a mapping",
+    ),
     Case("metadata-missing", drop_field("checkpoint", "metadata"), "no 'metadata'"),
     Case(
         "metadata-bad-json", set_field("checkpoint", "metadata", ["json", b"{nope"]), "do not parse"

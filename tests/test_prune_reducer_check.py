@@ -64,14 +64,31 @@ def test_prune_with_a_wrong_reducer_is_refused_and_changes_nothing(
     state = observe(graph.get_state(cfg("t")))
     before = dump(saver)
     for reducers in (wrong_graph(), {"messages": append}):
-        with pytest.raises(ReducerMismatchError, match=r"channel 'messages'.*nothing was deleted"):
-            saver.prune(["t"], reducers=reducers)
-        assert dump(saver) == before
+        for dry_run in (True, False):
+            with pytest.raises(ReducerMismatchError, match=r"channel 'messages'.*nothing was"):
+                saver.prune(["t"], reducers=reducers, dry_run=dry_run)
+            assert dump(saver) == before
     assert observe(graph.get_state(cfg("t"))) == state
     report = saver.prune(["t"], reducers=graph)
     assert report.seeds == 1 and report.checkpoints > 0
     assert observe(graph.get_state(cfg("t")))["values"] == state["values"]
     assert saver.verify().ok
+
+
+def test_a_reducer_that_fails_on_the_history_is_refused_the_same_way(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """A reducer raising on the stored writes gives ReducerMismatchError naming it, not its own exception."""
+    saver = make_saver()
+    chat_with_edits(saver, 4)
+    before = dump(saver)
+
+    def failing(state: Any, writes: Any) -> Any:
+        raise KeyError("no such message")
+
+    with pytest.raises(ReducerMismatchError, match=r"'messages' \(failing\) fails.*KeyError"):
+        saver.prune(["t"], reducers={"messages": failing})
+    assert dump(saver) == before
 
 
 def test_delete_for_runs_with_a_wrong_reducer_is_refused(

@@ -48,6 +48,6 @@ def test_ci_checks_the_code_before_the_tests() -> None:
     assert steps == [
         ".venv/bin/ruff check .",
         ".venv/bin/ruff format --check .",
-        ".venv/bin/mypy engine channels bench tests",
+        ".venv/bin/mypy engine channels bench deltalog_pkg tools tests",
         'exec .venv/bin/python -m pytest -q "$@"',
     ]

@@ -1,0 +1,343 @@
+"""The pure core of the long-term memory store: fed plain data, no I/O.
+
+Namespace validation and matching (``list_namespaces``), filter evaluation
+(``search``), TTL arithmetic and cosine top-k scoring live here, so that each
+can be tested with plain values. :mod:`deltalog.engine.memory_io` reads and
+writes the records; :mod:`deltalog.engine.memory` is the LangGraph adapter.
+
+Filters follow ``InMemoryStore`` (the reference in langgraph-checkpoint) with
+its bugs left out: numbers compare as numbers (``1 == 1.0``, never equal to
+``True``), a range operator on a missing field or on values of different kinds
+is false instead of raising, and a dotted key (``"a.b"``) reaches into nested
+objects when the value has no literal ``"a.b"`` key (as SqliteStore's JSON path
+does).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from deltalog.engine.errors import ItemValueError, NamespaceError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+__all__ = [
+    "OPERATORS",
+    "best_scores",
+    "check_filter",
+    "check_ttl",
+    "check_value",
+    "expires_at",
+    "is_expired",
+    "list_namespaces",
+    "matches_condition",
+    "matches_filter",
+    "validate_labels",
+    "validate_namespace",
+]
+
+OPERATORS: Final = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
+# Nesting deeper than this is refused (msgpack and the filter walk recurse).
+MAX_DEPTH: Final = 64
+
+
+# -- namespaces -----------------------------------------------------------------------
+
+
+def validate_labels(namespace: Any, what: str = "namespace") -> tuple[str, ...]:
+    """Check every label of a namespace or pattern; return it as a tuple.
+
+    Raises:
+        NamespaceError: A label is not a string, is empty, or holds ``.`` or NUL.
+    """
+    if isinstance(namespace, str) or not isinstance(namespace, (tuple, list)):
+        raise NamespaceError(
+            f"{what} {namespace!r} is not a tuple of labels; pass e.g. ('users', 'u1')"
+        )
+    for label in namespace:
+        if not isinstance(label, str):
+            raise NamespaceError(
+                f"{what} {tuple(namespace)!r}: label {label!r} is a {type(label).__name__}; "
+                "namespace labels must be strings"
+            )
+        if not label:
+            raise NamespaceError(f"{what} {tuple(namespace)!r}: labels cannot be empty strings")
+        if "." in label:
+            raise NamespaceError(
+                f"{what} {tuple(namespace)!r}: label {label!r} contains a period ('.'); "
+                "split it into separate labels"
+            )
+        if "\x00" in label:
+            raise NamespaceError(
+                f"{what} {tuple(namespace)!r}: label {label!r} contains a NUL byte"
+            )
+        try:
+            label.encode("utf-8")
+        except UnicodeEncodeError:
+            raise NamespaceError(
+                f"{what} {tuple(namespace)!r}: label {label!r} is not valid Unicode"
+            ) from None
+    return tuple(namespace)
+
+
+def validate_namespace(namespace: Any) -> tuple[str, ...]:
+    """Check the namespace of a put: non-empty, valid labels, root not ``langgraph``."""
+    ns = validate_labels(namespace)
+    if not ns:
+        raise NamespaceError("namespace () is empty; pass at least one label, e.g. ('users',)")
+    if ns[0] == "langgraph":
+        raise NamespaceError(
+            f'namespace {ns!r}: the root label "langgraph" is reserved; use another root'
+        )
+    return ns
+
+
+def matches_condition(match_type: str, path: Sequence[str], namespace: tuple[str, ...]) -> bool:
+    """Whether ``namespace`` matches a prefix/suffix pattern (``"*"`` matches any label)."""
+    if len(namespace) < len(path):
+        return False
+    if match_type == "prefix":
+        pairs = zip(namespace, path, strict=False)
+    elif match_type == "suffix":
+        pairs = zip(reversed(namespace), reversed(path), strict=False)
+    else:
+        raise ItemValueError(
+            f"match_type {match_type!r} is not supported; use 'prefix' or 'suffix'"
+        )
+    return all(p == "*" or n == p for n, p in pairs)
+
+
+def list_namespaces(
+    namespaces: Iterable[tuple[str, ...]],
+    conditions: Iterable[tuple[str, Sequence[str]]],
+    *,
+    max_depth: int | None,
+    limit: int,
+    offset: int,
+) -> list[tuple[str, ...]]:
+    """The ``list_namespaces`` answer over the namespaces that hold items.
+
+    Matching namespaces are truncated to ``max_depth``, de-duplicated, sorted,
+    then paged by ``offset``/``limit``.
+    """
+    conds = list(conditions)
+    kept = {
+        ns[:max_depth] if max_depth is not None else ns
+        for ns in namespaces
+        if all(matches_condition(t, p, ns) for t, p in conds)
+    }
+    return sorted(kept)[offset : offset + limit]
+
+
+# -- values and filters ---------------------------------------------------------------
+
+
+def check_value(value: Any, what: str) -> dict[str, Any]:
+    """A JSON-compatible copy of an item value (tuples become lists).
+
+    Raises:
+        ItemValueError: ``value`` is not a mapping with string keys, or holds a
+            value JSON cannot carry (the message names its path).
+    """
+    if not isinstance(value, Mapping):
+        raise ItemValueError(
+            f"{what}: value {value!r:.80} is a {type(value).__name__}; pass a dict of "
+            "JSON values (or None to delete)"
+        )
+    out: dict[str, Any] = _json(value, what, "$", 0)
+    return out
+
+
+def _json(value: Any, what: str, path: str, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise ItemValueError(f"{what}: value nests deeper than {MAX_DEPTH} levels at {path}")
+    if value is None or isinstance(value, (bool, str)):
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ItemValueError(
+                    f"{what}: string at {path} is not valid Unicode (lone surrogate)"
+                ) from None
+        return value
+    if isinstance(value, int):
+        if not -(2**63) <= value < 2**64:
+            raise ItemValueError(
+                f"{what}: integer {value} at {path} does not fit 64 bits; store it as a string"
+            )
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ItemValueError(
+                f"{what}: {value} at {path} is not a JSON number; store finite floats"
+            )
+        return float(value)
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ItemValueError(
+                    f"{what}: key {k!r} at {path} is a {type(k).__name__}; JSON object keys "
+                    "must be strings"
+                )
+            out[k] = _json(v, what, f"{path}.{k}", depth + 1)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_json(v, what, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
+    raise ItemValueError(
+        f"{what}: {type(value).__name__} at {path} is not a JSON value; convert it to "
+        "str, int, float, bool, None, list or dict before storing"
+    )
+
+
+def check_filter(flt: Any) -> None:
+    """Refuse a filter with non-string keys or unknown ``$`` operators."""
+    if flt is None:
+        return
+    if not isinstance(flt, Mapping):
+        raise ItemValueError(f"filter {flt!r:.80} is not a dict; pass e.g. {{'status': 'done'}}")
+    for key, cond in flt.items():
+        if not isinstance(key, str):
+            raise ItemValueError(f"filter key {key!r} is not a string")
+        _check_cond(cond)
+
+
+def _check_cond(cond: Any) -> None:
+    if isinstance(cond, Mapping):
+        if any(isinstance(k, str) and k.startswith("$") for k in cond):
+            for k in cond:
+                if k not in OPERATORS:
+                    raise ItemValueError(
+                        f"filter operator {k!r} is not supported; use one of {sorted(OPERATORS)}"
+                    )
+        else:
+            for v in cond.values():
+                _check_cond(v)
+
+
+def _field(value: Mapping[str, Any], key: str) -> Any:
+    if key in value:
+        return value[key]
+    if "." in key:
+        current: Any = value
+        for part in key.split("."):
+            if not isinstance(current, Mapping) or part not in current:
+                return None
+            current = current[part]
+        return current
+    return None
+
+
+def matches_filter(value: Mapping[str, Any], flt: Mapping[str, Any] | None) -> bool:
+    """Whether an item value passes a search filter (all conditions must hold)."""
+    if not flt:
+        return True
+    return all(_matches(_field(value, key), cond) for key, cond in flt.items())
+
+
+def _matches(actual: Any, cond: Any) -> bool:
+    if isinstance(cond, Mapping):
+        if any(isinstance(k, str) and k.startswith("$") for k in cond):
+            return all(_apply(actual, op, operand) for op, operand in cond.items())
+        if not isinstance(actual, Mapping):
+            return False
+        return all(_matches(actual.get(k), v) for k, v in cond.items())
+    if isinstance(cond, (list, tuple)):
+        return (
+            isinstance(actual, (list, tuple))
+            and len(actual) == len(cond)
+            and all(_matches(a, c) for a, c in zip(actual, cond, strict=False))
+        )
+    return _equal(actual, cond)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if _is_number(a) or _is_number(b):
+        return _is_number(a) and _is_number(b) and a == b
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=False))
+    return bool(a == b)
+
+
+def _apply(actual: Any, op: str, operand: Any) -> bool:
+    if op == "$eq":
+        return _equal(actual, operand)
+    if op == "$ne":
+        return not _equal(actual, operand)
+    if _is_number(actual) and _is_number(operand):
+        pass
+    elif not (isinstance(actual, str) and isinstance(operand, str)):
+        return False  # missing field, or values of different kinds
+    if op == "$gt":
+        return bool(actual > operand)
+    if op == "$gte":
+        return bool(actual >= operand)
+    if op == "$lt":
+        return bool(actual < operand)
+    if op == "$lte":
+        return bool(actual <= operand)
+    raise ItemValueError(f"filter operator {op!r} is not supported; use one of {sorted(OPERATORS)}")
+
+
+# -- TTL ------------------------------------------------------------------------------
+
+
+def check_ttl(ttl: Any, what: str) -> float | None:
+    """A put's TTL in minutes (None: never expires)."""
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl):
+        raise ItemValueError(f"{what}: ttl {ttl!r} is not a number of minutes; pass e.g. 60.0")
+    if ttl <= 0:
+        raise ItemValueError(f"{what}: ttl {ttl!r} is not positive; pass minutes > 0 or None")
+    return float(ttl)
+
+
+def expires_at(now_ms: int, ttl_minutes: float) -> int:
+    """Expiry in ms since the epoch of an item written or read at ``now_ms``."""
+    # Capped to what the u64 TTL index holds (a TTL of ~10^13 years).
+    return min(now_ms + max(1, round(ttl_minutes * 60_000)), 2**63 - 1)
+
+
+def is_expired(expires_ms: int | None, now_ms: int) -> bool:
+    """An item expires at its expiry instant (never returned from then on)."""
+    return expires_ms is not None and expires_ms <= now_ms
+
+
+# -- vectors --------------------------------------------------------------------------
+
+
+def best_scores(
+    query: npt.NDArray[np.float32], matrix: npt.NDArray[np.float32], owners: Sequence[int]
+) -> dict[int, float]:
+    """Cosine similarity of ``query`` with each row, keeping each owner's best row.
+
+    Exact brute force (recall 1.0): one matrix-vector product over float32.
+    A zero vector scores 0.0, as in ``InMemoryStore``.
+    """
+    import numpy as np
+
+    if len(owners) == 0:
+        return {}
+    qn = float(np.linalg.norm(query))
+    norms = np.linalg.norm(matrix, axis=1)
+    dots = matrix @ query
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scores = np.where((norms > 0) & (qn > 0), dots / (norms * (qn or 1.0)), 0.0)
+    best: dict[int, float] = {}
+    for owner, score in zip(owners, scores.tolist(), strict=False):
+        if owner not in best or score > best[owner]:
+            best[owner] = float(score)
+    return best
