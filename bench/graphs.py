@@ -40,6 +40,7 @@ __all__ = [
     "CanonicalMessage",
     "build_graph",
     "canonical",
+    "content_floor",
     "expected_messages",
     "human_message",
     "state_schema",
@@ -333,3 +334,37 @@ def canonical(messages: Sequence[Any]) -> list[CanonicalMessage]:
             )
         )
     return out
+
+
+def _message_text(message: BaseMessage) -> str:
+    """The text a message carries: its content, plus the arguments of its tool calls."""
+    content = message.content if isinstance(message.content, str) else json.dumps(message.content)
+    calls = getattr(message, "tool_calls", None) or []
+    return content + "".join(json.dumps(c.get("args"), sort_keys=True) for c in calls)
+
+
+def content_floor(
+    scenario: ChatScenario, messages: Sequence[BaseMessage] | None = None, level: int = 3
+) -> list[int]:
+    """The content floor of every turn: zstd-compressed bytes of the turn's new text.
+
+    Each turn's new messages (the human message, the model's replies, tool
+    results) are joined and compressed on their own with zstd at ``level``, no
+    dictionary and no frame header savings beyond zstd's own: the bytes any
+    store must add for that turn if it kept nothing but the text (issue 18.1).
+
+    Args:
+        scenario: The workload; its generated text is what is compressed.
+        messages: ``expected_messages(scenario)`` when the caller has it already.
+        level: The zstd level (3, zstd's default, unless told otherwise).
+
+    Returns:
+        One size per turn, in turn order.
+    """
+    import zstandard
+
+    per_turn: dict[int, list[str]] = {}
+    for message in expected_messages(scenario) if messages is None else messages:
+        per_turn.setdefault(_turn_of(message), []).append(_message_text(message))
+    compressor = zstandard.ZstdCompressor(level=level)
+    return [len(compressor.compress("\n".join(per_turn[t]).encode())) for t in sorted(per_turn)]

@@ -65,14 +65,16 @@ class Metric:
     Attributes:
         key: Stable name used in JSON and targets.
         title: Column or row heading.
-        unit: ``"bytes"``, ``"ms"`` or ``"count"``; decides formatting.
+        unit: ``"bytes"``, ``"ms"`` or ``"ratio"`` (a figure already divided by
+            a reference, shown as ``1.23×`` and left out of the ratio tables);
+            decides formatting.
         get: Extracts the value (``None`` when not measured).
         delta_only: Only meaningful for DeltaChannel scenarios.
     """
 
     key: str
     title: str
-    unit: Literal["bytes", "ms"]
+    unit: Literal["bytes", "ms", "ratio"]
     get: Callable[[SaverChatResult], float | None]
     delta_only: bool = False
 
@@ -104,6 +106,12 @@ METRICS: tuple[Metric, ...] = (
         "bytes",
         lambda r: r.bytes_per_turn_last100,
     ),
+    Metric(
+        "floor_ratio_last100",
+        "bytes/turn ÷ content floor",
+        "ratio",
+        lambda r: r.floor_ratio_last100,
+    ),
     Metric("invoke_early_p50", "invoke p50 (first 50)", "ms", lambda r: _p50(r.invoke_early)),
     Metric("invoke_late_p50", "invoke p50 (last 50)", "ms", lambda r: _p50(r.invoke_late)),
     Metric("invoke_late_p95", "invoke p95 (last 50)", "ms", lambda r: _p95(r.invoke_late)),
@@ -118,6 +126,9 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric("rss_peak", "peak RSS", "bytes", lambda r: _as_float(r.rss_peak_bytes)),
     Metric("rss_growth", "RSS growth", "bytes", lambda r: _rss_growth(r)),
+    Metric(
+        "rss_peak_vs_memory", "peak RSS ÷ InMemorySaver", "ratio", lambda r: r.rss_peak_vs_memory
+    ),
 )
 
 _METRICS_BY_KEY = {m.key: m for m in METRICS}
@@ -147,6 +158,8 @@ def format_ms(value: float | None) -> str:
 
 
 def _format(unit: str, value: float | None) -> str:
+    if unit == "ratio":
+        return "–" if value is None else f"{value:.2f}×"
     return format_bytes(value) if unit == "bytes" else format_ms(value)
 
 
@@ -170,9 +183,11 @@ class Target:
         metric: A :data:`METRICS` key, ``"throughput@<threads>"`` (graph turns) or
             ``"puts@<threads>"`` (raw writes).
         against: A peer name, ``"best"`` (best durable peer for bytes, best
-            peer otherwise).
+            peer otherwise), or ``"self"`` for a metric that is a ratio
+            already (``floor_ratio_last100``): the bound is on its value.
         limit: The bound on ``subject / against``.
         higher_is_better: ``True`` for throughput (ratio must be ≥ limit).
+        turns: Turns the target is stated at (a shorter run says so in its note).
     """
 
     key: str
@@ -182,6 +197,7 @@ class Target:
     against: str
     limit: float
     higher_is_better: bool = False
+    turns: int = 1000
 
 
 #: The performance targets the engine must meet (ratios to peers in the same run).
@@ -266,6 +282,91 @@ TARGETS: tuple[Target, ...] = (
         "throughput@16",
         "sqlite",
         2.0,
+        higher_is_better=True,
+    ),
+    # Issue 18, the second wave: against the content floor and InMemorySaver.
+    Target(
+        "floor_sf100",
+        "DeltaChannel sf=100 bytes/turn (last 100) ≤ 1.5× content floor",
+        "chat-delta-sf100",
+        "floor_ratio_last100",
+        "self",
+        1.5,
+    ),
+    Target(
+        "floor_add_messages",
+        "add_messages bytes/turn (last 100) ≤ 2× content floor",
+        "chat-add_messages",
+        "floor_ratio_last100",
+        "self",
+        2.0,
+    ),
+    Target(
+        "floor_large",
+        "large messages (sf=10) bytes/turn (last 100) ≤ 1.5× content floor",
+        "chat-large-sf10",
+        "floor_ratio_last100",
+        "self",
+        1.5,
+        turns=500,
+    ),
+    Target(
+        "rss_sf100_vs_memory",
+        "DeltaChannel sf=100 peak RSS ≤ 1.1× InMemorySaver",
+        "chat-delta-sf100",
+        "rss_peak",
+        "memory",
+        1.1,
+    ),
+    Target(
+        "rss_large_vs_memory",
+        "large messages peak RSS ≤ 1.1× InMemorySaver",
+        "chat-large-sf10",
+        "rss_peak",
+        "memory",
+        1.1,
+        turns=500,
+    ),
+    Target(
+        "get_state_vs_memory_2",
+        "get_state (last turn) ≤ 0.25× InMemorySaver",
+        "chat-delta-sf100",
+        "get_state_p50",
+        "memory",
+        0.25,
+    ),
+    Target(
+        "history_vs_memory_2",
+        "get_state_history(limit=20) ≤ 0.25× InMemorySaver",
+        "chat-delta-sf100",
+        "history_p50",
+        "memory",
+        0.25,
+    ),
+    Target(
+        "invoke_vs_memory_2",
+        "invoke p50 (last 50 turns) ≤ 0.5× InMemorySaver",
+        "chat-delta-sf100",
+        "invoke_late_p50",
+        "memory",
+        0.5,
+    ),
+    Target(
+        "invoke_large_vs_memory",
+        "large messages invoke p50 (last 50 turns) ≤ 1.0× InMemorySaver",
+        "chat-large-sf10",
+        "invoke_late_p50",
+        "memory",
+        1.0,
+        turns=500,
+    ),
+    Target(
+        "throughput16_vs_memory",
+        "graph turns: checkpoints/s with 16 threads ≥ 0.9× InMemorySaver",
+        "throughput",
+        "throughput@16",
+        "memory",
+        0.9,
         higher_is_better=True,
     ),
 )
@@ -368,6 +469,30 @@ def evaluate_targets(result: BenchResult, subject: str = "deltalog") -> list[Tar
             verdicts.append(na(f"{subject} not measured"))
             continue
         peers = {n: v for n, v in values.items() if n != subject and v is not None}
+        if target.against == "self":
+            ok = (
+                subject_value >= target.limit
+                if target.higher_is_better
+                else (subject_value <= target.limit)
+            )
+            note = (
+                "" if turns == target.turns else f"run at {turns} turns, target at {target.turns}"
+            )
+            verdicts.append(
+                TargetVerdict(
+                    target.key,
+                    target.text,
+                    turns,
+                    None,
+                    subject_value,
+                    None,
+                    subject_value,
+                    target.limit,
+                    "PASS" if ok else "FAIL",
+                    note,
+                )
+            )
+            continue
         if target.against == "best":
             if target.metric in ("total_bytes", "bytes_per_turn_last100"):
                 # InMemorySaver's figure is serialized payload, not a store:
@@ -386,7 +511,11 @@ def evaluate_targets(result: BenchResult, subject: str = "deltalog") -> list[Tar
             verdicts.append(na(f"{against} not measured"))
             continue
         ok = ratio >= target.limit if target.higher_is_better else ratio <= target.limit
-        note = "" if turns is None or turns == 1000 else f"run at {turns} turns, target at 1000"
+        note = (
+            ""
+            if turns is None or turns == target.turns
+            else f"run at {turns} turns, target at {target.turns}"
+        )
         ceiling = _ratio(values.get("memory"), peer_value) if against != "memory" else None
         if target.higher_is_better and ceiling is not None and ceiling < target.limit:
             # A rate InMemorySaver (which stores nothing) cannot reach is set by
@@ -426,6 +555,8 @@ def ratio_table(result: BenchResult, subject: str = "deltalog") -> dict[str, Any
         for metric in METRICS:
             if metric.delta_only and not chat.field.startswith("DeltaChannel"):
                 continue
+            if metric.unit == "ratio":
+                continue  # already a ratio to a reference, shown in the figures table
             per_metric[metric.key] = {
                 n: _ratio(metric.get(mine), metric.get(r) if _usable(r) else None)
                 for n, r in chat.savers.items()
@@ -549,7 +680,13 @@ def build_tables(result: BenchResult, subject: str = "deltalog") -> list[TableDa
             else:
                 state_row.append(Cell("WRONG", "red"))
         rows.append(state_row)
-        tables.append(TableData(f"{chat.scenario}: {chat.description}", ["figure", *names], rows))
+        caption = f"{chat.scenario}: {chat.description}"
+        if chat.content_floor_last100 is not None:
+            caption += (
+                f"; content floor (zstd-3 of each turn's new text) "
+                f"{format_bytes(chat.content_floor_last100)}/turn over the last 100 turns"
+            )
+        tables.append(TableData(caption, ["figure", *names], rows))
         if chat.scenario in ratios:
             peers = [n for n in names if n != subject]
             tables.append(
@@ -602,7 +739,13 @@ def build_tables(result: BenchResult, subject: str = "deltalog") -> list[TableDa
 
     rows = []
     for v in evaluate_targets(result, subject):
-        unit = "bytes" if v.key.startswith("storage") else "ms"
+        unit = (
+            "bytes"
+            if v.key.startswith(("storage", "rss"))
+            else "ratio"
+            if v.key.startswith("floor")
+            else "ms"
+        )
 
         def show(x: float | None, unit: str = unit, key: str = v.key) -> str:
             if key.startswith(("throughput", "puts")):

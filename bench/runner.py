@@ -58,6 +58,7 @@ from deltalog.bench.graphs import (
     CanonicalMessage,
     build_graph,
     canonical,
+    content_floor,
     expected_messages,
     human_message,
     thread_config,
@@ -152,6 +153,10 @@ class SaverChatResult:
             (DeltaChannel scenarios only).
         rss_baseline_bytes: Worker RSS after imports and compile, before turn 1.
         rss_peak_bytes: Worker peak RSS over the scenario.
+        floor_ratio_last100: ``bytes_per_turn_last100`` divided by the content
+            floor over the same turns (:func:`~deltalog.bench.graphs.content_floor`).
+        rss_peak_vs_memory: ``rss_peak_bytes`` divided by InMemorySaver's in the
+            same run (``None`` when InMemorySaver did not run or RSS was not measured).
         correct: Whether the final ``messages`` equal the expected ones.
         mismatch: How they differ, when they do.
     """
@@ -170,6 +175,8 @@ class SaverChatResult:
     delta_history: LatencyStats | None = None
     rss_baseline_bytes: int | None = None
     rss_peak_bytes: int | None = None
+    floor_ratio_last100: float | None = None
+    rss_peak_vs_memory: float | None = None
     correct: bool | None = None
     mismatch: str | None = None
 
@@ -186,6 +193,10 @@ class ChatResult:
         history_limit: ``limit`` of the measured ``get_state_history``.
         expected_messages: Number of messages a correct final state holds.
         savers: Per-saver results, by registry name, in the order given.
+        content_floor_last100: Mean content floor per turn (zstd level 3 of the
+            turn's new message text alone) over the turns that
+            ``bytes_per_turn_last100`` spans.
+        content_floor_total: The content floor summed over every turn.
     """
 
     scenario: str
@@ -195,6 +206,8 @@ class ChatResult:
     history_limit: int
     expected_messages: int
     savers: dict[str, SaverChatResult]
+    content_floor_last100: float | None = None
+    content_floor_total: int | None = None
 
 
 @dataclass(frozen=True)
@@ -932,7 +945,8 @@ def run_chat_scenario(
     Returns:
         The per-saver results; failures are recorded in them, not raised.
     """
-    want = canonical(expected_messages(scenario))
+    reference = expected_messages(scenario)
+    want = canonical(reference)
     results = {n: SaverChatResult(saver=n, label=options.spec(n).label) for n in names}
     errors: dict[str, str] = {}
     samples = scenario.sample_turns()
@@ -991,9 +1005,16 @@ def run_chat_scenario(
 
             guarded(name, finish)
 
+    floors = content_floor(scenario, reference)
     for name, res in results.items():
         res.error = errors.get(name)
         _summarise(res, scenario, timings[name])
+        if res.bytes_per_turn_last100 is not None:
+            res.floor_ratio_last100 = res.bytes_per_turn_last100 / _floor_last100(floors)
+    memory_peak = results["memory"].rss_peak_bytes if "memory" in results else None
+    for res in results.values():
+        if res.rss_peak_bytes is not None and memory_peak:
+            res.rss_peak_vs_memory = res.rss_peak_bytes / memory_peak
     return ChatResult(
         scenario=scenario.name,
         description=scenario.description,
@@ -1002,7 +1023,16 @@ def run_chat_scenario(
         history_limit=scenario.history_limit,
         expected_messages=len(want),
         savers=results,
+        content_floor_last100=_floor_last100(floors),
+        content_floor_total=sum(floors),
     )
+
+
+def _floor_last100(floors: Sequence[int]) -> float:
+    """Mean floor over the turns ``bytes_per_turn_last100`` spans: the last 100, or
+    turns 2..N of a run of at most 100 turns (bytes are first sampled after turn 1)."""
+    span = floors[-100:] if len(floors) > 100 else floors[1:] or floors
+    return sum(span) / len(span)
 
 
 def _summarise(

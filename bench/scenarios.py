@@ -233,6 +233,15 @@ def _agent(field: MessagesField, **kwargs: int) -> ChatScenario:
     return ChatScenario(name=f"agent-{field.slug}", field=field, tool_every=3, **kwargs)
 
 
+def _large(**kwargs: int) -> ChatScenario:
+    """The shape of LangGraph's own DeltaChannel benchmark (issue 18): ~10 KB of
+    text per turn (a 2,000-character question, an 8,000-character answer) in a
+    ``DeltaChannel`` with snapshot_frequency 10, 500 turns at full size."""
+    fields: dict[str, int] = {"turns": 500, "human_chars": 2000, "ai_chars": 8000}
+    fields.update(kwargs)
+    return ChatScenario(name="chat-large-sf10", field=delta(10), **fields)
+
+
 #: Every chat workload at its full size, in run order.
 CHAT_SCENARIOS: tuple[ChatScenario, ...] = (
     _chat(ADD_MESSAGES),
@@ -242,6 +251,7 @@ CHAT_SCENARIOS: tuple[ChatScenario, ...] = (
     _chat(delta(1000)),
     _agent(ADD_MESSAGES, turns=300),
     _agent(delta(100), turns=300),
+    _large(),
 )
 
 #: The throughput workload at its full size.
@@ -282,13 +292,15 @@ def quick_plan() -> BenchPlan:
     1,000 invokes whose LangGraph-side replay alone costs ~20 ms late in the
     thread), and shortens the quadratic ones: the plain ``add_messages`` chat
     stores the whole list three times per turn (about 1.7 GB at 1,000 turns in
-    SQLite), so it runs 200 turns here (~70 MB per file-based saver).
+    SQLite), so it runs 200 turns here (~70 MB per file-based saver). The
+    large-message chat (~10 KB per turn, sf=10) runs 100 of its 500 turns.
     """
     return BenchPlan(
         chat=(
             _chat(ADD_MESSAGES, turns=200, read_repeats=5),
             _chat(delta(100), turns=1000, read_repeats=3),
             _agent(delta(100), turns=45, read_repeats=3),
+            _large(turns=100, read_repeats=3),
         ),
         throughput=dataclasses.replace(
             THROUGHPUT, seconds=0.5, repeats=3, max_turns_per_worker=100

@@ -18,6 +18,12 @@ plain ``add_messages`` list every turn stores a new version that the next
 invoke reads once, and pickling each of them for nothing cost ~0.5 ms per
 invoke at 400 messages (4 ms at 2,000) and filled the budget with lists no one
 read again. A seed or a state read again is cached on its second read.
+
+Every byte budget here is a cap, not a reservation: a :class:`GrowingBudget`
+starts at 4 MiB, rises to fit twice the largest entry admitted, and doubles
+when a key it evicted for room is asked for again (the working set did not
+fit). A one-thread chat, which only ever re-reads its newest seed, keeps one
+or two seeds; a server cycling through many threads grows it to the cap.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from deltalog.engine.errors import OptionError
 __all__ = [
     "DecodedCache",
     "EnvelopeCache",
+    "GrowingBudget",
     "HistoryCopies",
     "NameCache",
     "PayloadCache",
@@ -63,6 +70,57 @@ def gc_paused() -> Iterator[None]:
         gc.enable()
 
 
+#: Where every :class:`GrowingBudget` starts (or at its cap, when that is lower).
+START_BUDGET = 4 * 1024**2
+
+
+class GrowingBudget:
+    """A byte budget that grows with the workload, from ``start`` up to ``cap``.
+
+    Measured on the 150-turn large-message chat (~10 KB a turn, sf=10): the
+    fixed 64 MiB budgets held 36 decoded seeds and 30 payloads (45 MiB) of
+    which the next reads used the newest one or two.
+
+    The owner calls :meth:`admit` before storing an entry, :meth:`evicted` for
+    each entry it drops for room and :meth:`missed` on each miss; all under the
+    owner's lock. The budget never shrinks.
+
+    Args:
+        cap: The most it may grow to (the documented knob, e.g. ``cache_bytes``).
+        start: Where it starts.
+        ghosts: How many evicted keys (their hashes) are remembered.
+    """
+
+    def __init__(self, cap: int, start: int = START_BUDGET, ghosts: int = 4096) -> None:
+        self.cap = cap
+        self.limit = min(cap, start)
+        self._ghosts: OrderedDict[int, None] = OrderedDict()
+        self._ghost_max = ghosts
+
+    def admit(self, cost: int) -> bool:
+        """Whether an entry of ``cost`` bytes may be stored; grows the budget to twice it."""
+        if cost > self.cap:
+            return False
+        if 2 * cost > self.limit:
+            self.limit = min(self.cap, 2 * cost)
+        return True
+
+    def evicted(self, key: Hashable) -> None:
+        """``key`` was dropped for room."""
+        self._ghosts[hash(key)] = None
+        if len(self._ghosts) > self._ghost_max:
+            self._ghosts.popitem(last=False)
+
+    def missed(self, key: Hashable) -> None:
+        """``key`` was asked for and not found: double the budget if it was evicted."""
+        if not self._ghosts:
+            return
+        h = hash(key)
+        if h in self._ghosts:
+            del self._ghosts[h]
+            self.limit = min(self.cap, 2 * self.limit)
+
+
 def _loads(pickled: bytes) -> Any:
     with gc_paused():
         return pickle.loads(pickled)
@@ -72,7 +130,9 @@ class DecodedCache:
     """Bounded LRU: stored record bytes → pickled decoded value.
 
     Args:
-        max_bytes: Budget for keys plus pickles; 0 disables the cache.
+        max_bytes: Cap of the budget for keys plus pickles (the budget grows
+            to it with the workload, see :class:`GrowingBudget`); 0 disables
+            the cache.
         min_record: Records smaller than this are decoded directly (decoding
             them is cheaper than a cache round trip).
         seen_max: How many records decoded once (by hash) are remembered, so
@@ -87,6 +147,7 @@ class DecodedCache:
                 f"cache max_bytes {max_bytes} is negative; pass 0 to disable the cache"
             )
         self.max_bytes = max_bytes
+        self.budget = GrowingBudget(max_bytes)
         self.min_record = min_record
         self.size = 0
         self.hits = 0
@@ -117,6 +178,7 @@ class DecodedCache:
                 self.hits += 1
             else:
                 self.misses += 1
+                self.budget.missed(record)
                 key = hash(record)
                 first = key not in self._seen
                 if first:
@@ -135,15 +197,16 @@ class DecodedCache:
         except Exception:  # unpicklable value: correct, just not cached
             return value
         cost = len(record) + len(pickled)
-        if cost > self.max_bytes:
-            return value
         with self._lock:
+            if not self.budget.admit(cost):
+                return value
             if record not in self._entries:
                 self._entries[record] = pickled
                 self.size += cost
-            while self.size > self.max_bytes:
+            while self.size > self.budget.limit:
                 old_key, old_value = self._entries.popitem(last=False)
                 self.size -= len(old_key) + len(old_value)
+                self.budget.evicted(old_key)
         # The caller gets the freshly decoded object; the cache keeps its own pickle.
         return value
 
@@ -161,11 +224,13 @@ class PayloadCache:
     Payloads are immutable bytes, so sharing them is safe. It spares delta
     chains their decompression when the newest version of a channel is read
     right after the previous one (each invoke of a thread), and on write it
-    holds the base the next delta is computed against.
+    holds the base the next delta is computed against. ``max_bytes`` caps a
+    :class:`GrowingBudget`.
     """
 
     def __init__(self, max_bytes: int = 64 * 1024**2) -> None:
         self.max_bytes = max_bytes
+        self.budget = GrowingBudget(max_bytes)
         self.size = 0
         self._entries: OrderedDict[bytes, tuple[str, bytes]] = OrderedDict()
         self._lock = threading.Lock()
@@ -176,21 +241,22 @@ class PayloadCache:
             hit = self._entries.get(record)
             if hit is not None:
                 self._entries.move_to_end(record)
+            else:
+                self.budget.missed(record)
             return hit
 
     def put(self, record: bytes, typed: tuple[str, bytes]) -> None:
         """Remember the payload of ``record``."""
         cost = len(record) + len(typed[1])
-        if cost > self.max_bytes:
-            return
         with self._lock:
-            if record in self._entries:
+            if record in self._entries or not self.budget.admit(cost):
                 return
             self._entries[record] = typed
             self.size += cost
-            while self.size > self.max_bytes:
+            while self.size > self.budget.limit:
                 old, value = self._entries.popitem(last=False)
                 self.size -= len(old) + len(value[1])
+                self.budget.evicted(old)
 
 
 class EnvelopeCache:

@@ -39,6 +39,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable
 from typing import Final
 
+from deltalog.engine.cache import GrowingBudget
 from deltalog.engine.errors import OptionError
 from deltalog.engine.store_rows import HistoryEntry, StoredValue, WriteRow
 
@@ -59,8 +60,10 @@ class HistoryMemo:
 
     Args:
         max_entries: Entry budget; 0 disables the memo.
-        max_bytes: Budget for the serialized bytes entries hold (seed payload
-            plus write values, counted per entry even when entries share them).
+        max_bytes: Cap of the budget for the serialized bytes entries hold
+            (seed payload plus write values, counted per entry even when
+            entries share them); the budget grows to it with the workload
+            (:class:`~deltalog.engine.cache.GrowingBudget`).
     """
 
     def __init__(self, max_entries: int = 4096, max_bytes: int = 64 * 1024**2) -> None:
@@ -71,6 +74,7 @@ class HistoryMemo:
             )
         self.max_entries = max_entries
         self.max_bytes = max_bytes
+        self.budget = GrowingBudget(max_bytes)
         self.size = 0
         self.hits = 0
         self._lock = threading.Lock()
@@ -136,6 +140,7 @@ class HistoryMemo:
         with self._lock:
             entry = self._entries.get((t, n, key, channel))
             if entry is None:
+                self.budget.missed((t, n, key, channel))
                 return None
             if (
                 entry.epoch != epoch
@@ -187,6 +192,7 @@ class HistoryMemo:
             return None
         absent = frozenset(absent)
         with self._lock:
+            self.budget.admit(cost)
             if epoch != self._epoch or snapshot < self._log_floor - 1:
                 return None
             if absent:
@@ -211,10 +217,11 @@ class HistoryMemo:
             self._entries[mkey] = entry
             self.size += cost
             while self._entries and (
-                len(self._entries) > self.max_entries or self.size > self.max_bytes
+                len(self._entries) > self.max_entries or self.size > self.budget.limit
             ):
-                _, evicted = self._entries.popitem(last=False)
+                old_key, evicted = self._entries.popitem(last=False)
                 self.size -= evicted.cost
+                self.budget.evicted(old_key)
             return entry
 
     # -- writers (all under the store's writer lock) -----------------------------------------

@@ -133,8 +133,9 @@ class DeltaLogSaver(
         serde: Serializer for values, metadata and writes (LangGraph's
             ``JsonPlusSerializer`` by default, pickle fallback off).
         owns_store: Close the store when the saver closes.
-        cache_bytes: Memory for decoded channel values (seeds above all); 0
-            turns the cache off. Readers always get private copies.
+        cache_bytes: Cap on memory for decoded channel values (seeds above
+            all); the budget grows to it with the workload (docs/operations.md,
+            "Memory"); 0 turns the cache off. Readers always get private copies.
 
     Raises:
         TypeError: ``store`` is not a Store; for a path, the message names
@@ -198,7 +199,8 @@ class DeltaLogSaver(
             compress_threshold: Records at least this large are zstd-compressed;
                 None turns compression off.
             group_commit: Let concurrent writers share a commit.
-            cache_bytes: Memory for decoded channel values; 0 disables it.
+            cache_bytes: Cap on memory for decoded channel values (grown to
+                with the workload); 0 disables it.
             max_readers: LMDB reader slots, shared by every process using the
                 store (fixed by the first process to open it). More threads may
                 read at once: a read waits for a free slot (docs/operations.md).

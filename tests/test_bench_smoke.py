@@ -13,11 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zstandard
 from deltalog.bench import cli, peers, raw_ops
-from deltalog.bench.graphs import build_graph, canonical, expected_messages, human_message
+from deltalog.bench.graphs import (
+    build_graph,
+    canonical,
+    content_floor,
+    expected_messages,
+    human_message,
+)
 from deltalog.bench.peers import REGISTRY, OpenPeer, PeerContext, PeerSpec, memory_saver_bytes
 from deltalog.bench.pgserver import find_pg_bindir, local_postgres, postgres_reachable
-from deltalog.bench.report import evaluate_targets
+from deltalog.bench.report import TARGETS, evaluate_targets
 from deltalog.bench.runner import RunOptions, percentile, run_bench
 from deltalog.bench.scenarios import (
     BenchPlan,
@@ -75,7 +82,7 @@ def test_cli_inprocess_writes_json_markdown_and_plots(tmp_path: Path) -> None:
         [
             "--quick",
             "--scenario",
-            "chat-delta-sf100,agent-delta-sf100,throughput",
+            "chat-delta-sf100,agent-delta-sf100,chat-large-sf10,throughput",
             "--turns",
             "5",
             "--threads",
@@ -95,7 +102,12 @@ def test_cli_inprocess_writes_json_markdown_and_plots(tmp_path: Path) -> None:
     assert data["ok"] is True
     assert data["failures"] == []
     assert {"meta", "peers", "chat", "throughput", "ratios", "targets", "subject"} <= set(data)
-    assert data["meta"]["scenarios"] == ["chat-delta-sf100", "agent-delta-sf100", "throughput"]
+    assert data["meta"]["scenarios"] == [
+        "chat-delta-sf100",
+        "agent-delta-sf100",
+        "chat-large-sf10",
+        "throughput",
+    ]
     chat = {c["scenario"]: c for c in data["chat"]}
     sf100 = chat["chat-delta-sf100"]
     assert sf100["turns"] == 5
@@ -110,7 +122,20 @@ def test_cli_inprocess_writes_json_markdown_and_plots(tmp_path: Path) -> None:
         for key in ("invoke_early", "invoke_late", "get_state", "history", "delta_history"):
             assert set(res[key]) == {"p50_ms", "p95_ms", "n"}
         assert res["rss_peak_bytes"] is None  # in-process: no per-saver RSS
+        assert res["rss_peak_vs_memory"] is None
     assert chat["agent-delta-sf100"]["expected_messages"] > 10  # tool calls happened
+    # The content floor: mean zstd size of turns 2..5's new text, and each
+    # saver's bytes/turn over the same turns divided by it.
+    for name, c in chat.items():
+        assert c["content_floor_last100"] > 0 and c["content_floor_total"] > 0, name
+        for res in c["savers"].values():
+            assert res["floor_ratio_last100"] == pytest.approx(
+                res["bytes_per_turn_last100"] / c["content_floor_last100"], rel=1e-3
+            )
+    large = chat["chat-large-sf10"]
+    assert large["turns"] == 5 and large["expected_messages"] == 10
+    # ~10 KB of text per turn against ~900 characters: a floor several times higher.
+    assert large["content_floor_last100"] > 3 * sf100["content_floor_last100"]
     tp = data["throughput"]
     assert tp["threads"] == [1, 2]
     for name in SAVERS.split(","):
@@ -118,7 +143,14 @@ def test_cli_inprocess_writes_json_markdown_and_plots(tmp_path: Path) -> None:
             assert [p["threads"] for p in tp[kind][name]] == [1, 2]
             assert all(p["checkpoints_per_s"] > 0 for p in tp[kind][name])
     targets = {t["key"]: t for t in data["targets"]}
-    assert len(targets) == 10
+    assert len(targets) == len(TARGETS) == 20
+    if DELTALOG_IMPORTS:  # a target on deltalog's figure itself, not against a peer
+        floor_large = targets["floor_large"]
+        assert floor_large["status"] in ("PASS", "FAIL") and floor_large["against"] is None
+        assert floor_large["ratio"] == pytest.approx(
+            large["savers"]["deltalog"]["floor_ratio_last100"], rel=1e-3
+        )
+        assert floor_large["note"] == "run at 5 turns, target at 500"
     puts16 = targets["puts16_vs_sqlite"]  # 16 threads were not run here
     assert puts16["status"] == "n/a" and "16 threads" in puts16["note"]
     assert set(data["ratios"]) >= {"throughput", "throughput-puts"}
@@ -129,7 +161,9 @@ def test_cli_inprocess_writes_json_markdown_and_plots(tmp_path: Path) -> None:
     assert "throughput.png" in pngs and "throughput-puts.png" in pngs
     for png in out.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "chat-delta-sf100" in (out / "results.md").read_text()
+    markdown = (out / "results.md").read_text()
+    assert "chat-delta-sf100" in markdown and "chat-large-sf10" in markdown
+    assert "bytes/turn ÷ content floor" in markdown and "content floor (zstd-3" in markdown
 
     # --from-json re-renders a finished run without running anything.
     again = tmp_path / "again"
@@ -146,10 +180,36 @@ def test_process_isolation_measures_rss(tmp_path: Path) -> None:
     )
     result = run_bench(plan, RunOptions(peers=("memory", "sqlite"), workdir=tmp_path))
     assert result.ok, result.failures
-    for res in result.chat[0].savers.values():
+    savers = result.chat[0].savers
+    for res in savers.values():
         assert res.correct is True
         assert res.rss_peak_bytes is not None and res.rss_baseline_bytes is not None
         assert res.rss_peak_bytes >= res.rss_baseline_bytes > 0
+    memory_peak = savers["memory"].rss_peak_bytes
+    assert memory_peak is not None
+    assert savers["memory"].rss_peak_vs_memory == 1.0
+    sqlite_peak = savers["sqlite"].rss_peak_bytes
+    assert sqlite_peak is not None
+    assert savers["sqlite"].rss_peak_vs_memory == sqlite_peak / memory_peak
+
+
+def test_content_floor_is_the_compressed_new_text_of_each_turn() -> None:
+    """issue 18.1: the floor of a turn is zstd level 3 of that turn's new text alone
+    (human message, model reply, tool call arguments and tool result)."""
+    scenario = ChatScenario(name="agent", field=delta(3), turns=6, tool_every=3)
+    floors = content_floor(scenario)
+    assert len(floors) == scenario.turns
+    messages = expected_messages(scenario)
+    zstd = zstandard.ZstdCompressor(level=3)
+    for turn, floor in enumerate(floors):
+        texts = [
+            str(m.content) + "".join(json.dumps(c["args"]) for c in getattr(m, "tool_calls", []))
+            for m in messages
+            if (m.id or "")[1:].split("-")[0] == str(turn)
+        ]
+        assert floor == len(zstd.compress("\n".join(texts).encode()))
+    # Turns 2 and 5 call the tool (an 8,000-character result each): floors 6x the others.
+    assert min(floors[2], floors[5]) > 5 * max(floors[0], floors[1], floors[3], floors[4])
 
 
 def test_wrong_state_fails_the_run(tmp_path: Path) -> None:
