@@ -774,7 +774,16 @@ class _PendingProcess:
         self.proc = mp.Process(
             target=_serve, args=(child, name, ctx), name=f"bench-{name}", daemon=True
         )
-        self.proc.start()
+        # The child ignores Ctrl-C from its first instruction: an ignored signal
+        # stays ignored across exec (and Python keeps it so), so a SIGINT that
+        # reaches the group while the worker still imports prints no traceback.
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            self.proc.start()
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, previous)
         child.close()
 
     def _receive(self) -> Any:
