@@ -489,6 +489,25 @@ def describe_uri(uri: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+def connect_sqlite(uri: str, file: str, **options: Any) -> sqlite3.Connection:
+    """A connection to the SQLite file of ``uri`` (saver or store side of a migration).
+
+    A new file is created owner-only first, like the store it receives (SQLite
+    gives its journal and WAL files the database file's mode; issue 15.10).
+
+    Raises:
+        MigrationError: The file cannot be opened (e.g. its folder does not exist).
+    """
+    if file != ":memory:" and not os.path.exists(file):
+        with contextlib.suppress(OSError):
+            os.close(open_owner_only(file))
+    try:
+        conn: sqlite3.Connection = sqlite3.connect(file, check_same_thread=False, **options)
+    except sqlite3.Error as exc:
+        raise MigrationError(f"{uri}: cannot open SQLite file {file!r} ({exc})") from None
+    return conn
+
+
 @contextlib.contextmanager
 def open_saver_uri(uri: str, *, serde: SerializerProtocol | None = None) -> Iterator[Saver]:
     """Open the saver a URI names (with ``serde``, else its default) and close it afterwards.
@@ -512,15 +531,7 @@ def open_saver_uri(uri: str, *, serde: SerializerProtocol | None = None) -> Iter
                 "pip install langgraph-checkpoint-sqlite"
             ) from exc
         file = os.path.expanduser(m.group("path"))
-        if file != ":memory:" and not os.path.exists(file):
-            # Owner-only like the store it receives (SQLite gives its journal and
-            # WAL files the database file's mode).
-            with contextlib.suppress(OSError):
-                os.close(open_owner_only(file))
-        try:
-            conn = sqlite3.connect(file, check_same_thread=False)
-        except sqlite3.Error as exc:
-            raise MigrationError(f"{uri}: cannot open SQLite file {file!r} ({exc})") from None
+        conn = connect_sqlite(uri, file)
         try:
             sqlite_saver = SqliteSaver(conn, serde=serde)
             try:

@@ -183,7 +183,7 @@ def open_store_uri(uri: str) -> Iterator[BaseStore]:
         MigrationError: Unknown scheme, the store's package is missing, or the
             database cannot be opened.
     """
-    from deltalog.engine.migrate import _SQLITE, describe_uri
+    from deltalog.engine.migrate import _SQLITE, connect_sqlite, describe_uri
 
     if m := _SQLITE.match(uri):
         try:
@@ -194,10 +194,7 @@ def open_store_uri(uri: str) -> Iterator[BaseStore]:
                 "pip install langgraph-checkpoint-sqlite"
             ) from exc
         file = os.path.expanduser(m.group("path"))
-        try:
-            conn = sqlite3.connect(file, check_same_thread=False, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise MigrationError(f"{uri}: cannot open SQLite file {file!r} ({exc})") from None
+        conn = connect_sqlite(uri, file, isolation_level=None)
         try:
             store = SqliteStore(conn)
             try:

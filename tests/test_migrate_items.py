@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -148,3 +149,19 @@ def test_migrate_items_to_postgres_and_back(postgres: str, tmp_path: Path) -> No
     assert json.loads(back.output)["items"] == 150
     with DeltaLogStore.from_path(tmp_path / "back") as store:
         _check(_items(store), values)
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o022])
+def test_a_new_sqlite_store_file_is_owner_only(tmp_path: Path, umask: int) -> None:
+    """The store side of `migrate --to sqlite:FILE` creates FILE 0600 whatever the umask
+    (issue 15.10), as the saver side does."""
+    from deltalog.engine.migrate_items import open_store_uri
+
+    db = tmp_path / "items.sqlite"
+    old = os.umask(umask)
+    try:
+        with open_store_uri(f"sqlite:{db}") as store:
+            store.put(("ns",), "k", {"v": 1})
+    finally:
+        os.umask(old)
+    assert db.stat().st_mode & 0o777 == 0o600
