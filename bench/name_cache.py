@@ -27,7 +27,7 @@ from typing import Any
 
 from deltalog.engine import DeltaLogSaver, keys
 from deltalog.engine.cache import NameCache
-from deltalog.engine.store import WriteTxn
+from deltalog.engine.write_txn import WriteTxn
 
 __all__ = ["main", "measure"]
 

@@ -27,16 +27,16 @@ if TYPE_CHECKING:
     from typing import Any
 
     from deltalog.channels.fields import DeltaMessages, DeltaMessagesState
+    from deltalog.engine.env import Environment
     from deltalog.engine.errors import DeltaLogError
     from deltalog.engine.memory import DeltaLogStore
     from deltalog.engine.saver import DeltaLogSaver
-    from deltalog.engine.store import Store
 
 # Public name -> module that defines it, imported on first access (PEP 562).
 _EXPORTS: dict[str, str] = {
     "DeltaLogSaver": "deltalog.engine.saver",
     "DeltaLogStore": "deltalog.engine.memory",
-    "Store": "deltalog.engine.store",
+    "Environment": "deltalog.engine.env",
     "DeltaLogError": "deltalog.engine.errors",
     "DeltaMessages": "deltalog.channels.fields",
     "DeltaMessagesState": "deltalog.channels.fields",
@@ -48,7 +48,7 @@ __all__ = [
     "DeltaLogStore",
     "DeltaMessages",
     "DeltaMessagesState",
-    "Store",
+    "Environment",
 ]
 
 

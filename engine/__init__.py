@@ -5,7 +5,7 @@
 ...     graph = builder.compile(checkpointer=saver)
 
 The saver (and with it LangGraph) is imported on first use of
-``DeltaLogSaver``, ``DeltaLogStore`` or ``Store``, so ``deltalog --help`` and the commands that
+``DeltaLogSaver``, ``DeltaLogStore`` or ``Environment``, so ``deltalog --help`` and the commands that
 read only keys start without loading LangGraph (issue 19, fast start).
 """
 
@@ -28,9 +28,9 @@ from deltalog.engine.errors import (
 )
 
 if TYPE_CHECKING:
+    from deltalog.engine.env import Environment
     from deltalog.engine.memory import DeltaLogStore
     from deltalog.engine.saver import DeltaLogSaver
-    from deltalog.engine.store import Store
 
 __all__ = [
     "ConfigError",
@@ -40,10 +40,10 @@ __all__ = [
     "DeltaLogError",
     "DeltaLogSaver",
     "DeltaLogStore",
+    "Environment",
     "FormatVersionError",
     "InvalidInputError",
     "KeyTooLongError",
-    "Store",
     "StoreFullError",
     "StoreOpenError",
     "ThreadExistsError",
@@ -52,12 +52,12 @@ __all__ = [
 _LAZY = {
     "DeltaLogSaver": "deltalog.engine.saver",
     "DeltaLogStore": "deltalog.engine.memory",
-    "Store": "deltalog.engine.store",
+    "Environment": "deltalog.engine.env",
 }
 
 
 def __getattr__(name: str) -> Any:
-    """``DeltaLogSaver``, ``DeltaLogStore`` and ``Store``, imported when first asked for (PEP 562)."""
+    """``DeltaLogSaver``, ``DeltaLogStore`` and ``Environment``, imported when first asked for (PEP 562)."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -46,8 +46,8 @@ from ulid import ULID
 if TYPE_CHECKING:
     # Imported where used: `deltalog --help`, `threads` and `stats` never load
     # LangGraph or LangChain (issue 19, fast start).
+    from deltalog.engine.env import Environment
     from deltalog.engine.saver import DeltaLogSaver
-    from deltalog.engine.store import Store
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.serde.base import SerializerProtocol
     from langgraph.pregel import Pregel
@@ -339,15 +339,16 @@ def open_saver(
     :func:`~deltalog.engine.cli_serde.cli_serde` (strict, unless ``--trusted``).
     """
     from deltalog.engine.cli_serde import cli_serde
+    from deltalog.engine.env import Environment
+    from deltalog.engine.env_files import check_data_file
     from deltalog.engine.saver import DeltaLogSaver
-    from deltalog.engine.store import Store, check_data_file
 
     serde = serde if serde is not None else cli_serde()
     try:
         if not readonly and not create:
             check_data_file(os.fspath(path), required=True)
         saver = (
-            DeltaLogSaver(Store(path, readonly=True), serde=serde)
+            DeltaLogSaver(Environment(path, readonly=True), serde=serde)
             if readonly
             else DeltaLogSaver.from_path(path, serde=serde)
         )
@@ -366,17 +367,17 @@ class NotAStoreCliError(CliError):
 
 
 @contextlib.contextmanager
-def open_store(path: Path | str) -> Iterator[Store]:
+def open_store(path: Path | str) -> Iterator[Environment]:
     """Open the store at ``path`` read-only, without the saver (so without LangGraph).
 
     For the commands that read keys and record sizes only (``threads``,
     ``stats``, ``readers``). A folder that holds no deltalog store is refused
     as :func:`open_saver` refuses it (exit status 2, nothing touched).
     """
-    from deltalog.engine.store import Store
+    from deltalog.engine.env import Environment
 
     try:
-        store = Store(path, readonly=True)
+        store = Environment(path, readonly=True)
     except NotAStoreError as exc:
         raise NotAStoreCliError(one_line(exc)) from exc
     try:
@@ -509,7 +510,7 @@ class OwnerOnlyFile(click.File):
 
 
 class _OwnerOnlyOutput:
-    """A text file opened (see :func:`~deltalog.engine.store.open_owner_only`) on first use."""
+    """A text file opened (see :func:`~deltalog.engine.env_files.open_owner_only`) on first use."""
 
     def __init__(self, path: str, encoding: str) -> None:
         self.name = path
@@ -518,7 +519,7 @@ class _OwnerOnlyOutput:
 
     def _open(self) -> IO[str]:
         if self._file is None:
-            from deltalog.engine.store import open_owner_only
+            from deltalog.engine.env_files import open_owner_only
 
             self._file = os.fdopen(open_owner_only(self.name), "w", encoding=self.encoding)
         return self._file

@@ -15,9 +15,9 @@ from typing import Any
 
 import click
 from deltalog.engine.cli_common import CONTEXT_SETTINGS, Output, json_option, store_path
+from deltalog.engine.env import Environment
 from deltalog.engine.errors import DeltaLogError, ItemValueError
 from deltalog.engine.memory import DeltaLogStore
-from deltalog.engine.store import Store
 from langgraph.store.base import Item
 from rich.table import Table
 
@@ -40,9 +40,9 @@ def _json_arg(text: str, what: str) -> Any:
 @contextlib.contextmanager
 def _open(path: Path, *, readonly: bool) -> Iterator[DeltaLogStore]:
     if readonly:
-        env: Store | None = None
+        env: Environment | None = None
         with contextlib.suppress(DeltaLogError):
-            env = Store(path, readonly=True)
+            env = Environment(path, readonly=True)
         if env is not None:
             try:
                 yield DeltaLogStore(env)

@@ -2,7 +2,7 @@
 
 Every error the engine raises on purpose derives from :class:`DeltaLogError`.
 Messages name the bad value and say how to fix it. LMDB's own exceptions are
-translated into these at the transaction boundary (``deltalog.engine.store``),
+translated into these at the transaction boundary (``deltalog.engine.env_files.translate_error``),
 so callers never need to import ``lmdb``.
 """
 
@@ -171,7 +171,7 @@ class ForkedStoreError(DeltaLogError):
 
 
 class GroupCommitOffError(DeltaLogError):
-    """``Store.submit`` was called on a store opened with ``group_commit=False``."""
+    """``Environment.submit`` was called on a store opened with ``group_commit=False``."""
 
 
 class OptionError(InvalidInputError):

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from deltalog.engine import memory_core as core
 from deltalog.engine.cache import gc_paused
+from deltalog.engine.env import Environment
 from deltalog.engine.errors import EmbeddingError, ItemValueError
 from deltalog.engine.memory_io import (
     ItemRecord,
@@ -37,7 +38,7 @@ from deltalog.engine.memory_io import (
     directory,
     text_digest,
 )
-from deltalog.engine.store import Store, WriteTxn
+from deltalog.engine.write_txn import WriteTxn
 from langchain_core.embeddings import Embeddings
 from langgraph.store.base import (
     BaseStore,
@@ -67,7 +68,7 @@ class _SaverLike(Protocol):
     """What :meth:`DeltaLogStore.from_saver` needs of a saver: its environment."""
 
     @property
-    def store(self) -> Store: ...
+    def store(self) -> Environment: ...
 
 
 @dataclass
@@ -116,7 +117,7 @@ class DeltaLogStore(BaseStore):
 
     def __init__(
         self,
-        store: Store,
+        store: Environment,
         *,
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
@@ -178,8 +179,8 @@ class DeltaLogStore(BaseStore):
         Raises:
             InvalidInputError: A bad path or option, before anything is created.
         """
+        from deltalog.engine.env_files import store_folder
         from deltalog.engine.saver import _check_open_options, _open_shared, _release_shared
-        from deltalog.engine.store import store_folder
 
         path = store_folder(path)
         _check_open_options(compress_threshold=compress_threshold, cache_bytes=0)

@@ -21,9 +21,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from deltalog.engine import memory_core as core
+from deltalog.engine.env import Environment
 from deltalog.engine.errors import ItemExistsError
 from deltalog.engine.memory_io import ItemRecord, MemoryReader, MemoryWriter, VectorRecord
-from deltalog.engine.store import Store, WriteTxn
+from deltalog.engine.write_txn import WriteTxn
 
 __all__ = ["export_items", "import_items", "item_record"]
 
@@ -43,7 +44,7 @@ def item_record(rec: ItemRecord, vectors: Sequence[VectorRecord]) -> dict[str, A
     }
 
 
-def export_items(store: Store, *, now: float | None = None) -> Iterator[dict[str, Any]]:
+def export_items(store: Environment, *, now: float | None = None) -> Iterator[dict[str, Any]]:
     """Every live item of the environment as an ``item`` record, from one read snapshot.
 
     Items already expired at ``now`` (default: the clock) are left out: no

@@ -1,8 +1,8 @@
 """Storage I/O of the long-term memory store: typed reads and writes of its records.
 
 The only memory module that touches LMDB transactions. It works inside the
-environment facade :class:`deltalog.engine.store.Store`: reads run in
-``Store.read()``, writes in ops given to ``Store.write()`` (so group commit,
+environment facade :class:`deltalog.engine.env.Environment`: reads run in
+``Environment.read()``, writes in ops given to ``Environment.write()`` (so group commit,
 map growth and error translation apply). Key bytes come from
 :mod:`deltalog.engine.keys`; every record is framed by the store's
 :class:`~deltalog.engine.codec.RecordCodec` (CRC-checked).
@@ -32,8 +32,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from deltalog.engine import keys
+from deltalog.engine.env import Environment
 from deltalog.engine.errors import CorruptRecordError
-from deltalog.engine.store import ReadTxn, Store, WriteTxn
+from deltalog.engine.read_txn import ReadTxn
+from deltalog.engine.write_txn import WriteTxn
 
 __all__ = [
     "ItemRecord",
@@ -124,12 +126,14 @@ class NamespaceDirectory:
             return sorted(self.by_id.items())
 
 
-_DIRECTORIES: weakref.WeakKeyDictionary[Store, NamespaceDirectory] = weakref.WeakKeyDictionary()
+_DIRECTORIES: weakref.WeakKeyDictionary[Environment, NamespaceDirectory] = (
+    weakref.WeakKeyDictionary()
+)
 _DIRECTORIES_LOCK = threading.Lock()
 
 
-def directory(store: Store) -> NamespaceDirectory:
-    """The namespace directory of an open environment (one per :class:`Store`)."""
+def directory(store: Environment) -> NamespaceDirectory:
+    """The namespace directory of an open environment (one per :class:`Environment`)."""
     with _DIRECTORIES_LOCK:
         found = _DIRECTORIES.get(store)
         if found is None:
@@ -364,7 +368,7 @@ class MemoryReader:
 
 
 class MemoryWriter(MemoryReader):
-    """Typed writes of the memory databases inside one ``Store.write`` op."""
+    """Typed writes of the memory databases inside one ``Environment.write`` op."""
 
     def __init__(self, txn: WriteTxn) -> None:
         super().__init__(txn)

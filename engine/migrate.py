@@ -54,9 +54,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
+from deltalog.engine.env_files import open_owner_only
 from deltalog.engine.errors import DeltaLogError, MigrationError
 from deltalog.engine.saver import DeltaLogSaver
-from deltalog.engine.store import open_owner_only
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, ChannelVersions
 from langgraph.checkpoint.memory import InMemorySaver

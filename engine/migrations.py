@@ -18,7 +18,7 @@ step        what changes on disk
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only
-:mod:`deltalog.engine.store` opens transactions.
+:mod:`deltalog.engine.env_open` runs them.
 """
 
 from __future__ import annotations

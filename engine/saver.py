@@ -4,7 +4,7 @@ This layer translates ``RunnableConfig`` into store calls and owns
 ``self.serde``: every channel value, checkpoint body, metadata dict and write
 goes through ``serde.dumps_typed`` / ``serde.loads_typed`` here, so
 ``EncryptedSerializer`` and LangGraph's strict msgpack allowlist keep working.
-It makes no LMDB calls; :mod:`deltalog.engine.store` does.
+It makes no LMDB calls; the storage modules (:mod:`deltalog.engine.env` and the transactions) do.
 
 Async methods serialize their arguments in the caller's thread (the runtime
 may mutate what it passed as soon as control returns), then queue the write for
@@ -51,6 +51,9 @@ from deltalog.engine import keys
 from deltalog.engine.cache import DecodedCache, HistoryCopies, gc_paused
 from deltalog.engine.codec import RecordCodec
 from deltalog.engine.core import Node, Plan, plan_delete, plan_keep
+from deltalog.engine.env import Environment
+from deltalog.engine.env_files import store_folder
+from deltalog.engine.envelope import INLINE_MAX
 from deltalog.engine.errors import (
     ConcurrentChangeError,
     ConfigError,
@@ -62,8 +65,8 @@ from deltalog.engine.errors import (
     UndecryptableValueError,
 )
 from deltalog.engine.import_check import EXPORT_FORMAT, EXPORT_VERSION, check_import
+from deltalog.engine.read_txn import ReadTxn
 from deltalog.engine.reports import CompactReport, CopyReport, Problem, RemovalReport, VerifyReport
-from deltalog.engine.store import INLINE_MAX, ReadTxn, Store, WriteTxn, store_folder
 from deltalog.engine.store_rows import (
     BlobRow,
     CheckpointRow,
@@ -73,6 +76,7 @@ from deltalog.engine.store_rows import (
     Typed,
     WriteRow,
 )
+from deltalog.engine.write_txn import WriteTxn
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -129,7 +133,7 @@ class DeltaLogSaver(
         ...     graph = builder.compile(checkpointer=saver)
 
     Args:
-        store: An open :class:`~deltalog.engine.store.Store`.
+        store: An open :class:`~deltalog.engine.env.Environment`.
         serde: Serializer for values, metadata and writes (LangGraph's
             ``JsonPlusSerializer`` by default, pickle fallback off).
         owns_store: Close the store when the saver closes.
@@ -138,27 +142,27 @@ class DeltaLogSaver(
             "Memory"); 0 turns the cache off. Readers always get private copies.
 
     Raises:
-        TypeError: ``store`` is not a Store; for a path, the message names
+        TypeError: ``store`` is not an Environment; for a path, the message names
             :meth:`from_path` and :meth:`from_conn_string`.
     """
 
     def __init__(
         self,
-        store: Store,
+        store: Environment,
         *,
         serde: SerializerProtocol | None = None,
         owns_store: bool = True,
         cache_bytes: int = 64 * 1024**2,
     ) -> None:
-        if not isinstance(store, Store):
+        if not isinstance(store, Environment):
             hint = (
                 f"DeltaLogSaver.from_path({store!r}) opens a store at a path (or use "
                 f"`with DeltaLogSaver.from_conn_string({store!r}) as saver:`)"
                 if isinstance(store, (str, bytes, os.PathLike))
-                else "pass a deltalog.engine.Store, or open a path with DeltaLogSaver.from_path"
+                else "pass a deltalog.engine.Environment, or open a path with DeltaLogSaver.from_path"
             )
             raise TypeError(
-                f"DeltaLogSaver() takes an open Store, not {type(store).__name__} {store!r:.80}; "
+                f"DeltaLogSaver() takes an open Environment, not {type(store).__name__} {store!r:.80}; "
                 + hint
             )
         super().__init__(serde=serde)
@@ -1382,7 +1386,7 @@ class DeltaLogSaver(
     async def _in_writer(self, op: Callable[[WriteTxn], T], *, history_safe: bool = False) -> T:
         """Run a write off the event loop and await its durable commit.
 
-        With group commit the op is queued (:meth:`Store.submit`) and the
+        With group commit the op is queued (:meth:`Environment.submit`) and the
         coroutine awaits a future the committing thread resolves: no thread
         waits per pending write, so any number of coroutines share commits.
         A cancelled coroutine does not cancel its write, which may still
@@ -1718,10 +1722,10 @@ def _difference(got: Any, want: Any) -> str:
 
 
 # One environment per path and process: LMDB (and py-lmdb) refuse a second
-# open of the same path in one process, so from_path hands out one Store per
+# open of the same path in one process, so from_path hands out one Environment per
 # real path, counted, and closes it with its last saver.
 _SHARED_LOCK = threading.Lock()
-_SHARED: dict[str, tuple[Store, dict[str, Any], int]] = {}
+_SHARED: dict[str, tuple[Environment, dict[str, Any], int]] = {}
 
 
 def _new_shared_lock_in_child() -> None:
@@ -1734,7 +1738,7 @@ def _new_shared_lock_in_child() -> None:
 os.register_at_fork(after_in_child=_new_shared_lock_in_child)
 
 
-def _open_shared(path: str | os.PathLike[str], options: dict[str, Any]) -> Store:
+def _open_shared(path: str | os.PathLike[str], options: dict[str, Any]) -> Environment:
     real = os.path.realpath(os.fspath(path))
     with _SHARED_LOCK:
         entry = _SHARED.get(real)
@@ -1749,7 +1753,7 @@ def _open_shared(path: str | os.PathLike[str], options: dict[str, Any]) -> Store
                 )
             _SHARED[real] = (store, opened_with, refs + 1)
             return store
-        store = Store(
+        store = Environment(
             path,
             map_size=options["map_size"],
             max_map_size=options["max_map_size"],
@@ -1762,7 +1766,7 @@ def _open_shared(path: str | os.PathLike[str], options: dict[str, Any]) -> Store
         return store
 
 
-def _release_shared(store: Store) -> None:
+def _release_shared(store: Environment) -> None:
     with _SHARED_LOCK:
         for real, (shared, options, refs) in list(_SHARED.items()):
             if shared is store:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from deltalog.channels import DeltaMessagesState
-from deltalog.engine import DeltaLogSaver, InvalidInputError, Store
+from deltalog.engine import DeltaLogSaver, Environment, InvalidInputError
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import START, StateGraph
 
@@ -120,7 +120,7 @@ async def test_alist_bad_input_still_raises(long_store: Path) -> None:
 
 async def test_suspended_listings_hold_no_reader_slots(long_store: Path) -> None:
     """150 coroutines each half-way through an alist hold no LMDB reader slot (126 slots)."""
-    with DeltaLogSaver(Store(long_store, max_readers=126)) as saver:
+    with DeltaLogSaver(Environment(long_store, max_readers=126)) as saver:
         started = asyncio.Event()
         paused = 0
 

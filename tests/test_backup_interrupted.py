@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from deltalog.engine import DeltaLogSaver, Store
+from deltalog.engine import DeltaLogSaver, Environment
 from deltalog.engine.errors import InvalidInputError, NotAStoreError
 
 from .checkpoints import put_values
@@ -70,7 +70,7 @@ def _copy_seconds(source: Path, dest: Path, mode: str) -> float:
 def test_killed_copy_never_opens_as_a_store(source: Path, tmp_path: Path, mode: str) -> None:
     """SIGKILL at seeded random moments: the destination is either refused as "not a deltalog
     store" or holds the complete copy, and opening it read-only changes nothing."""
-    with DeltaLogSaver(Store(source, readonly=True)) as reader:
+    with DeltaLogSaver(Environment(source, readonly=True)) as reader:
         expected = sorted((t.thread_id, t.checkpoints) for t in reader.threads())
     budget = _copy_seconds(source, tmp_path / "timing", mode)
     rng = random.Random(f"15.4-{mode}")
@@ -90,7 +90,7 @@ def test_killed_copy_never_opens_as_a_store(source: Path, tmp_path: Path, mode: 
         proc.stdout.close()
         before = _files(dest)
         try:
-            with DeltaLogSaver(Store(dest, readonly=True)) as copy:
+            with DeltaLogSaver(Environment(dest, readonly=True)) as copy:
                 assert sorted((t.thread_id, t.checkpoints) for t in copy.threads()) == expected
                 assert copy.verify(deep=True).ok
             outcomes["complete"] += 1
@@ -128,7 +128,7 @@ def test_copy_files_are_owner_only_while_written(source: Path, tmp_path: Path) -
 def test_backup_into_an_existing_store_or_file_is_refused(source: Path, tmp_path: Path) -> None:
     """A destination holding a store, or a file, raises InvalidInputError and is left unchanged."""
     (tmp_path / "file").write_bytes(b"x")
-    with DeltaLogSaver(Store(source, readonly=True)) as saver:
+    with DeltaLogSaver(Environment(source, readonly=True)) as saver:
         saver.backup(tmp_path / "b")
         before = _files(tmp_path / "b")
         with pytest.raises(InvalidInputError, match="already holds a store"):

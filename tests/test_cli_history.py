@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from deltalog.channels import read_counters
-from deltalog.engine import DeltaLogSaver, Store
+from deltalog.engine import DeltaLogSaver, Environment
 from deltalog.engine.cli import cli
 from deltalog.engine.cli_state import (
     HistoryEntry,
@@ -114,7 +114,7 @@ def test_history_equals_the_decoded_derivation(
     store: Path, hidden: bool, limit: int | None
 ) -> None:
     """Every field of every entry, every namespace, forks and hidden checkpoints included."""
-    with DeltaLogSaver(Store(store, readonly=True)) as saver:
+    with DeltaLogSaver(Environment(store, readonly=True)) as saver:
         groups = [(t.thread_id, ns) for t in saver.threads() for ns in t.namespaces]
         assert len(groups) >= 6
         for thread_id, ns in groups:

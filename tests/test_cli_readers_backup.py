@@ -19,8 +19,8 @@ from .graphs import cfg, chat_graph, human
 # A real second process holding a read transaction until its stdin closes.
 _READER = """
 import sys
-from deltalog.engine import Store
-store = Store(sys.argv[1], readonly=True)
+from deltalog.engine import Environment
+store = Environment(sys.argv[1], readonly=True)
 with store.read():
     print("ready", flush=True)
     sys.stdin.read()

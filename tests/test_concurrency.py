@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from deltalog.engine import DeltaLogSaver
+from deltalog.engine.group_commit import RECENT_BATCHES, GroupCommitStats
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
@@ -347,15 +348,7 @@ def test_group_commit_shares_transactions(
 ) -> None:
     """R8: with group commit, 16 concurrent writers share fsync'd transactions (fewer commits than puts) and every put that returned is stored; without it, one commit per put."""
     saver = make_saver(group_commit=group_commit)
-    batches: list[int] = []
-    run_batch = saver.store._run_batch
-
-    def counting(batch: list[Any], before_commit: Callable[[], None] | None = None) -> None:
-        batches.append(len(batch))
-        run_batch(batch, before_commit)
-        assert all(req.done for req in batch)  # every caller of this batch returns after it
-
-    monkeypatch.setattr(saver.store, "_run_batch", counting)
+    before = saver.store.commits.stats()
     work = Work()
     threads = [threading.Thread(target=_n_puts, args=(saver, f"t{k}", 30, work)) for k in range(16)]
     for t in threads:
@@ -363,15 +356,17 @@ def test_group_commit_shares_transactions(
     for t in threads:
         t.join()
     assert not work.errors, work.errors
-    assert sum(batches) == len(work.tagged) == 16 * 30
+    after = saver.store.commits.stats()
+    commits = after.batches - before.batches
+    assert after.ops - before.ops == len(work.tagged) == 16 * 30
     for thread_id, cid, _, seq in work.tagged:
         found = saver.get_tuple(at(thread_id, cid))
         assert found is not None and found.checkpoint["channel_values"]["payload"]["seq"] == seq
-    print(f"\ngroup_commit={group_commit}: {len(work.tagged)} puts in {len(batches)} commits")
+    print(f"\ngroup_commit={group_commit}: {len(work.tagged)} puts in {commits} commits")
     if group_commit:
-        assert len(batches) < len(work.tagged) * 0.8, "concurrent puts should share commits"
+        assert commits < len(work.tagged) * 0.8, "concurrent puts should share commits"
     else:
-        assert max(batches) == 1
+        assert after.largest == 1
 
 
 def _n_puts(saver: DeltaLogSaver, thread_id: str, n: int, work: Work) -> None:
@@ -388,8 +383,15 @@ class _Interrupted(Exception):
     """Raised by the test's signal handler in a caller waiting for its commit."""
 
 
+def _batches_since(store: Any, before: GroupCommitStats) -> list[int]:
+    """Sizes of the batches ``store`` ran since ``before`` (at most RECENT_BATCHES of them)."""
+    now = store.commits.stats()
+    assert now.batches - before.batches <= RECENT_BATCHES
+    return list(now.recent[len(now.recent) - (now.batches - before.batches) :])
+
+
 def _queue_reaches(store: Any, n: int) -> Callable[[], bool]:
-    return lambda: len(store._queue) >= n
+    return lambda: store.commits.state().queued >= n
 
 
 def _waits_for(condition: Callable[[], bool], timeout: float = 20) -> bool:
@@ -440,10 +442,10 @@ def _last_batch_waiting(saver: DeltaLogSaver, gates: _Gates) -> _LastBatch:
     assert gates.entered["first"].wait(20)
     leader = threading.Thread(target=lambda: put.append(put_tagged(saver, "lead", "l", 0, None)))
     leader.start()
-    assert _waits_for(lambda: len(store._queue) == 1)
+    assert _waits_for(lambda: store.commits.state().queued == 1)
     sleeper = threading.Thread(target=store.write, args=(gates.op("shared"),))
     sleeper.start()
-    assert _waits_for(lambda: len(store._queue) == 2)
+    assert _waits_for(lambda: store.commits.state().queued == 2)
     gates.gates["first"].set()
     assert gates.entered["shared"].wait(20)
     return _LastBatch(first, leader, sleeper, put)
@@ -515,8 +517,8 @@ def test_interrupted_waiter_does_not_stall_group_commit(
     def on_signal() -> None:
         if made_leader:  # let the leader finish and hand the lead to this waiter first
             gate.set()
-            _waits_for(lambda: store._next is not None)
-            assert store._next is not None and store._next.op is mine
+            _waits_for(lambda: store.commits.state().next_op is not None)
+            assert store.commits.state().next_op is mine
 
     try:
         _write_interrupted(store, mine, follow, on_signal, release=gate.set)
@@ -526,7 +528,7 @@ def test_interrupted_waiter_does_not_stall_group_commit(
     assert not leader.is_alive(), "a writer queued behind stalled"
     assert len(behind) == 1 and saver.get_tuple(behind[0]) is not None
     assert ran == []
-    assert store._next is None and not store._leading and not store._queue
+    assert store.commits.idle()
 
 
 @pytest.mark.timeout(120)
@@ -547,12 +549,12 @@ def test_a_withdrawn_next_leader_wakes_the_batch_left_to_it(
     last = _last_batch_waiting(saver, gates)
 
     def signal_when_queued() -> None:  # the main thread's write, queued for the next batch
-        if _waits_for(lambda: len(store._queue) == 1):
+        if _waits_for(lambda: store.commits.state().queued == 1):
             os.kill(os.getpid(), signal.SIGUSR1)
 
     def on_signal() -> None:
         gates.gates["shared"].set()  # the batch commits and makes this waiter the next leader
-        assert _waits_for(lambda: store._next is not None and store._next.op is mine)
+        assert _waits_for(lambda: store.commits.state().next_op is mine)
 
     _write_interrupted(store, mine, signal_when_queued, on_signal, release=gates.open_all)
     last.sleeper.join(20)
@@ -561,8 +563,7 @@ def test_a_withdrawn_next_leader_wakes_the_batch_left_to_it(
     last.first.join(20)
     assert len(last.put) == 1 and saver.get_tuple(last.put[0]) is not None
     assert ran == []
-    assert store._next is None and not store._leading and not store._queue
-    assert not store._unwoken
+    assert store.commits.idle()
 
 
 @pytest.mark.timeout(60)
@@ -573,14 +574,7 @@ def test_a_failing_op_fails_alone_and_leaves_nothing_in_its_batch(
     own caller, none of what it wrote is stored, and the other ops of the batch commit."""
     saver = make_saver()
     store = saver.store
-    batches: list[int] = []
-    run_batch = store._run_batch
-
-    def counting(batch: list[Any], before_commit: Callable[[], None] | None = None) -> None:
-        batches.append(len(batch))
-        run_batch(batch, before_commit)
-
-    monkeypatch.setattr(store, "_run_batch", counting)
+    before = store.commits.stats()
     gate, entered = threading.Event(), threading.Event()
 
     def blocking(w: Any) -> None:  # holds the lead while the batch queues behind it
@@ -614,7 +608,7 @@ def test_a_failing_op_fails_alone_and_leaves_nothing_in_its_batch(
     gate.set()
     for writer in [first, *writers]:
         writer.join(20)
-    assert batches[:2] == [1, 3], "the three writes did not share one batch"
+    assert _batches_since(store, before)[:2] == [1, 3], "the three writes did not share one batch"
     assert [str(e) for e in errors] == ["bad op"]
     assert saver.get_tuple(puts["a"]) is not None and saver.get_tuple(puts["c"]) is not None
     assert [k for k, _ in store.iter_db("meta", b"half-written")] == []
@@ -652,7 +646,7 @@ def test_a_committed_caller_does_not_wait_for_the_next_batchs_long_op(
         gates.open_all()
         for t in (last.first, last.leader, last.sleeper, *writers):
             t.join(20)
-    assert not store._leading and not store._queue and not store._unwoken
+    assert store.commits.idle()
 
 
 @pytest.mark.timeout(120)
@@ -708,7 +702,7 @@ def test_callers_woken_in_turn_skip_one_that_stopped_waiting(
     assert not after.is_alive(), "a caller chained after the interrupted one was never woken"
     assert saver.get_tuple(done["c"]) is not None and saver.get_tuple(done["l"]) is not None
     assert [k for k, _ in store.iter_db("meta", b"interrupted")] == [b"interrupted caller's op"]
-    assert not store._leading and not store._queue and not store._unwoken
+    assert store.commits.idle()
 
 
 async def _aput_chain(saver: DeltaLogSaver, thread_id: str, n: int) -> list[tuple[str, int]]:
@@ -730,14 +724,7 @@ async def test_async_writes_share_commits_without_a_thread_each(
     waits per pending write (the process gains at most the store's one lead thread), and every
     put that returned is stored."""
     saver = make_saver()
-    batches: list[int] = []
-    run_batch = saver.store._run_batch
-
-    def counting(batch: list[Any], before_commit: Callable[[], None] | None = None) -> None:
-        batches.append(len(batch))
-        run_batch(batch, before_commit)
-
-    monkeypatch.setattr(saver.store, "_run_batch", counting)
+    before = saver.store.commits.stats()
     baseline = threading.active_count()
     peak = [baseline]
     running = True
@@ -752,14 +739,16 @@ async def test_async_writes_share_commits_without_a_thread_each(
     running = False
     await sampler
     puts = sum(len(c) for c in chains)
-    assert puts == 64 * 20 == sum(batches)
-    assert len(batches) < puts * 0.5, f"{puts} puts took {len(batches)} commits"
+    after = saver.store.commits.stats()
+    commits = after.batches - before.batches
+    assert puts == 64 * 20 == after.ops - before.ops
+    assert commits < puts * 0.5, f"{puts} puts took {commits} commits"
     assert peak[0] <= baseline + 1, f"{peak[0] - baseline} threads were started for the writes"
     for k, chain in enumerate(chains):
         for cid, seq in chain:
             found = saver.get_tuple(at(f"a{k}", cid))
             assert found is not None and found.checkpoint["channel_values"]["payload"]["seq"] == seq
-    print(f"\n{puts} aput in {len(batches)} commits, {peak[0] - baseline} thread(s) started")
+    print(f"\n{puts} aput in {commits} commits, {peak[0] - baseline} thread(s) started")
 
 
 @pytest.mark.timeout(120)
@@ -784,7 +773,7 @@ async def test_async_and_thread_writers_on_one_saver(
     for k, chain in enumerate(chains):
         for cid, _seq in chain:
             assert saver.get_tuple(at(f"a{k}", cid)) is not None
-    assert not saver.store._leading and not saver.store._queue
+    assert saver.store.commits.idle()
 
 
 @pytest.mark.timeout(60)

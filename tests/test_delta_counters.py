@@ -7,14 +7,14 @@ from typing import Any
 import pytest
 from deltalog.engine import DeltaLogSaver
 from deltalog.engine.errors import InvalidInputError
-from deltalog.engine.store import _DBS
+from deltalog.engine.txn_base import DB_NAMES
 
 from tests.checkpoints import new_checkpoint
 from tests.graphs import cfg
 
 
 def dump(saver: DeltaLogSaver) -> dict[str, list[tuple[bytes, bytes]]]:
-    return {db: list(saver.store.iter_db(db)) for db in _DBS}
+    return {db: list(saver.store.iter_db(db)) for db in DB_NAMES}
 
 
 @pytest.mark.parametrize(

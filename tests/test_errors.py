@@ -11,6 +11,7 @@ from deltalog.engine import DeltaLogSaver, errors
 from deltalog.engine import migrate as migrate_module
 from deltalog.engine.cache import DecodedCache
 from deltalog.engine.codec import RecordCodec
+from deltalog.engine.env import Environment
 from deltalog.engine.errors import (
     ConcurrentChangeError,
     DeltaLogError,
@@ -24,14 +25,14 @@ from deltalog.engine.errors import (
 )
 from deltalog.engine.memo import HistoryMemo
 from deltalog.engine.migrate import open_saver_uri
-from deltalog.engine.store import Store, WriteTxn
+from deltalog.engine.write_txn import WriteTxn
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from tests.checkpoints import new_checkpoint, put_values
 
 
 def count_checkpoints(path: Path) -> int:
-    with DeltaLogSaver(Store(path, readonly=True)) as saver:
+    with DeltaLogSaver(Environment(path, readonly=True)) as saver:
         return len(list(saver.list(None)))
 
 
@@ -46,7 +47,7 @@ def test_a_write_to_a_read_only_store(tmp_path: Path) -> None:
     with DeltaLogSaver.from_path(tmp_path / "s") as saver:
         put_values(saver, "t", {"x": 1})
     with (
-        DeltaLogSaver(Store(tmp_path / "s", readonly=True)) as reader,
+        DeltaLogSaver(Environment(tmp_path / "s", readonly=True)) as reader,
         pytest.raises(ReadOnlyStoreError, match="read-only"),
     ):
         put_values(reader, "t", {"x": 2})
@@ -70,7 +71,7 @@ def test_submit_without_group_commit(tmp_path: Path) -> None:
     def notify(exc: BaseException | None, result: None) -> None:
         raise AssertionError("never called")
 
-    store = Store(tmp_path / "s", group_commit=False)
+    store = Environment(tmp_path / "s", group_commit=False)
     try:
         with pytest.raises(GroupCommitOffError, match="group commit"):
             store.submit(op, notify)

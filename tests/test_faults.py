@@ -26,8 +26,8 @@ from deltalog.engine import (
     CorruptRecordError,
     DeltaLogError,
     DeltaLogSaver,
+    Environment,
     FormatVersionError,
-    Store,
     StoreFullError,
     StoreOpenError,
     keys,
@@ -252,8 +252,8 @@ def test_file_size_limit_is_clear_and_recoverable(tmp_path: Path) -> None:
 _READER_CHILD = r"""
 import sys, time
 sys.path.insert(0, sys.argv[2])
-from deltalog.engine import DeltaLogSaver, Store
-saver = DeltaLogSaver(Store(sys.argv[1], max_readers=int(sys.argv[3])))
+from deltalog.engine import DeltaLogSaver, Environment
+saver = DeltaLogSaver(Environment(sys.argv[1], max_readers=int(sys.argv[3])))
 with saver.store.read() as r:
     r.threads()
     print("reading", flush=True)
@@ -267,8 +267,8 @@ _OPENER_CHILD = r"""
 import logging, sys
 sys.path.insert(0, sys.argv[2])
 logging.basicConfig(level=logging.INFO)
-from deltalog.engine import Store
-Store(sys.argv[1], max_readers=int(sys.argv[3])).close()
+from deltalog.engine import Environment
+Environment(sys.argv[1], max_readers=int(sys.argv[3])).close()
 """
 
 
@@ -285,7 +285,7 @@ def test_stale_reader_slots_of_killed_readers_are_cleared(tmp_path: Path) -> Non
     """Readers SIGKILLed mid-transaction leave LMDB slots taken; opening the store clears them, and a long-lived process whose slots all went stale still reads."""
     path = tmp_path / "store"
     slots = 4
-    survivor = DeltaLogSaver(Store(path, max_readers=slots))
+    survivor = DeltaLogSaver(Environment(path, max_readers=slots))
     try:
         put_values(survivor, "t", {"x": 1})
         children = [

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from deltalog.engine import DeltaLogSaver
-from deltalog.engine.store import Store
+from deltalog.engine.env import Environment
 
 from tests.golden_gen import raw_summary, read_back
 
@@ -33,7 +33,7 @@ def copy_of(fmt: int, tmp_path: Path) -> Path:
 
 def states(path: Path, *, readonly: bool) -> dict[str, Any]:
     """Everything the golden scenario wrote, read back through today's saver."""
-    with DeltaLogSaver(Store(path, readonly=readonly)) as saver:
+    with DeltaLogSaver(Environment(path, readonly=readonly)) as saver:
         return read_back(saver)
 
 

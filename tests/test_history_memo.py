@@ -21,7 +21,7 @@ from typing import Any, cast
 import pytest
 from deltalog.channels.replay import Reducer
 from deltalog.engine import DeltaLogSaver, keys
-from deltalog.engine.store import Store
+from deltalog.engine.env import Environment
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
@@ -136,8 +136,8 @@ def test_long_chat_memo_equals_cold_walk(sf: int, make_saver: Callable[..., Delt
 
 def test_memo_off_gives_the_same_histories(tmp_path: Path) -> None:
     """memo_entries=0 turns the memo off; both stores return the same histories."""
-    on = DeltaLogSaver(Store(tmp_path / "on"))
-    off = DeltaLogSaver(Store(tmp_path / "off", memo_entries=0))
+    on = DeltaLogSaver(Environment(tmp_path / "on"))
+    off = DeltaLogSaver(Environment(tmp_path / "off", memo_entries=0))
     try:
         for saver in (on, off):
             run_turns(chat_graph(5).compile(checkpointer=saver), "t", range(30))
@@ -464,7 +464,7 @@ def test_concurrent_writers_and_readers(tmp_path: Path) -> None:
     Inside one read transaction the memo path and the cold walk must agree,
     whatever commits around it.
     """
-    saver = DeltaLogSaver(Store(tmp_path / "s", memo_entries=3))
+    saver = DeltaLogSaver(Environment(tmp_path / "s", memo_entries=3))
     graph = chat_graph(7).compile(checkpointer=saver)
     threads = [f"t{k}" for k in range(3)]
     errors: list[BaseException] = []

@@ -25,7 +25,7 @@ from deltalog.engine.errors import (
     InvalidInputError,
     ThreadExistsError,
 )
-from deltalog.engine.store import _DBS
+from deltalog.engine.txn_base import DB_NAMES
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from tests.graphs import cfg, chat_graph, human
@@ -54,7 +54,7 @@ def snapshot(path: Path) -> dict[str, list[tuple[bytes, bytes]]]:
         env = saver.store.env
         with env.begin() as txn:
             items = {"": [(bytes(k), bytes(v)) for k, v in txn.cursor()]}
-            for name in _DBS:
+            for name in DB_NAMES:
                 db = getattr(saver.store._dbs, name)
                 items[name] = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db)]
     return items

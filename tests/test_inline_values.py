@@ -12,7 +12,7 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from deltalog.engine import DeltaLogSaver, keys
 from deltalog.engine import saver as saver_module
-from deltalog.engine.store import INLINE_MAX
+from deltalog.engine.envelope import INLINE_MAX
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver

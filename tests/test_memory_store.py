@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from deltalog.engine import DeltaLogSaver, DeltaLogStore
+from deltalog.engine.env import Environment
 from deltalog.engine.errors import ItemValueError
-from deltalog.engine.store import Store
 from langgraph.store.base import (
     GetOp,
     InvalidNamespaceError,
@@ -195,12 +195,12 @@ def test_readonly_open_of_store_without_memory(tmp_path: Path) -> None:
     with DeltaLogSaver.from_path(path):
         pass
     # Drop the memory databases, as a store written before them looks.
-    raw = Store(path)
+    raw = Environment(path)
     with raw.env.begin(write=True) as txn:
         for name in ("items", "item_ns", "item_vectors", "item_ttl"):
             txn.drop(raw.env.open_db(name.encode(), txn=txn), delete=True)
     raw.close()
-    ro = Store(path, readonly=True)
+    ro = Environment(path, readonly=True)
     try:
         mem = DeltaLogStore(ro)
         assert mem.get(("u",), "k") is None

@@ -158,12 +158,12 @@ def test_upstream_async_sweeper_calls(tmp_path: Path) -> None:
 
 def test_readonly_reads_do_not_refresh(tmp_path: Path) -> None:
     """A read-only open reads TTL items without writing a refresh."""
-    from deltalog.engine.store import Store
+    from deltalog.engine.env import Environment
 
     clock = Clock()
     with DeltaLogStore.from_path(tmp_path / "m", clock=clock) as s:
         s.put(("t",), "a", {"v": 1}, ttl=10)
-    ro = Store(tmp_path / "m", readonly=True)
+    ro = Environment(tmp_path / "m", readonly=True)
     try:
         mem = DeltaLogStore(ro, clock=clock)
         assert mem.get(("t",), "a") is not None

@@ -12,7 +12,7 @@ from typing import Any
 import lmdb
 import ormsgpack
 import pytest
-from deltalog.engine import DeltaLogSaver, FormatVersionError, Store, keys
+from deltalog.engine import DeltaLogSaver, Environment, FormatVersionError, keys
 from deltalog.engine.errors import CorruptRecordError
 from deltalog.engine.migrations import MIGRATIONS, pending
 from deltalog.engine.names import decode_name_id, decode_name_rev
@@ -102,7 +102,7 @@ def test_older_store_reads_unchanged_read_only_then_upgrades(old: int, tmp_path:
     name records then all carry a CRC; the states equal a fresh run of the same program."""
     path = _copy_fixture(tmp_path, old)
     before = _digest(path)
-    with DeltaLogSaver(Store(path, readonly=True)) as saver:
+    with DeltaLogSaver(Environment(path, readonly=True)) as saver:
         read_only = _states(saver)
     assert _digest(path) == before
     assert _raw_meta(path, b"format_version") == ormsgpack.packb(old)
@@ -171,5 +171,5 @@ def test_malformed_format_version_is_a_clear_error(
     _raw_meta(path, b"format_version", stored)
     before = _digest(path)
     with pytest.raises(FormatVersionError, match="meta/format_version"):
-        DeltaLogSaver(Store(path, readonly=readonly))
+        DeltaLogSaver(Environment(path, readonly=readonly))
     assert _digest(path) == before

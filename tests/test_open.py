@@ -40,7 +40,7 @@ def test_store_files_are_owner_only(tmp_path: Path) -> None:
 
 def test_readonly_open_reads_a_pruned_store(tmp_path: Path) -> None:
     """A read-only open works (handles outlive the opening transaction), also after a prune."""
-    from deltalog.engine import Store
+    from deltalog.engine import Environment
 
     from .graphs import cfg, chat_graph, human
 
@@ -49,7 +49,7 @@ def test_readonly_open_reads_a_pruned_store(tmp_path: Path) -> None:
         for turn in range(20):
             graph.invoke({"messages": [human(turn)]}, cfg("t"))
         saver.prune(["t"], keep_last=2)
-    reader = DeltaLogSaver(Store(tmp_path / "s", readonly=True))
+    reader = DeltaLogSaver(Environment(tmp_path / "s", readonly=True))
     try:
         assert len(list(reader.list(cfg("t")))) == 2
         assert reader.verify().ok

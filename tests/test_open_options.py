@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deltalog.engine import DeltaLogSaver, InvalidInputError, Store
+from deltalog.engine import DeltaLogSaver, Environment, InvalidInputError
 
 from .checkpoints import put_values
 
@@ -57,13 +57,13 @@ def test_bad_path_is_refused_before_anything_is_created(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
     """A path of the wrong type, with a NUL or empty: InvalidInputError naming it, nothing created
-    (relative paths land in tmp_path); the same for ``Store`` and ``backup``."""
+    (relative paths land in tmp_path); the same for ``Environment`` and ``backup``."""
     monkeypatch.chdir(tmp_path)
     path, named = BAD_PATHS[case]
     for call in (
         lambda: DeltaLogSaver.from_path(path),
-        lambda: Store(path),
-        lambda: Store(path, readonly=True),
+        lambda: Environment(path),
+        lambda: Environment(path, readonly=True),
     ):
         with pytest.raises(InvalidInputError) as caught:
             call()
@@ -85,6 +85,6 @@ def test_non_utf8_folder_name_works(tmp_path: Path) -> None:
         saver.backup(path + "-copy")
     assert os.path.isfile(raw + b"/data.mdb")
     for folder in (path, path + "-copy"):
-        with DeltaLogSaver(Store(folder, readonly=True)) as reader:
+        with DeltaLogSaver(Environment(folder, readonly=True)) as reader:
             got = reader.get_tuple(config)
             assert got is not None and got.checkpoint["channel_values"]["v"] == [1, 2, 3]

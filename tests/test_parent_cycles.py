@@ -9,7 +9,7 @@ import pytest
 from deltalog.engine import CorruptRecordError, DeltaLogSaver, keys
 from deltalog.engine.core import Node, parent_cycles, plan_keep
 from deltalog.engine.errors import ParentCycleError
-from deltalog.engine.store import _DBS
+from deltalog.engine.txn_base import DB_NAMES
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph.state import CompiledStateGraph
@@ -20,7 +20,7 @@ from tests.graphs import cfg, chat_graph, human
 
 def dump(saver: DeltaLogSaver) -> dict[str, list[tuple[bytes, bytes]]]:
     """Every key and value of every database of the store."""
-    return {db: list(saver.store.iter_db(db)) for db in _DBS}
+    return {db: list(saver.store.iter_db(db)) for db in DB_NAMES}
 
 
 def chat(saver: DeltaLogSaver, turns: int, sf: int = 100) -> CompiledStateGraph[Any, Any, Any]:

@@ -13,7 +13,7 @@ import pytest
 from deltalog.channels import append, delta
 from deltalog.engine import DeltaLogSaver
 from deltalog.engine.errors import ReducerMismatchError
-from deltalog.engine.store import _DBS
+from deltalog.engine.txn_base import DB_NAMES
 from langchain_core.messages import BaseMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -27,7 +27,7 @@ CLI = [sys.executable, "-m", "deltalog.engine"]
 
 def dump(saver: DeltaLogSaver) -> dict[str, list[tuple[bytes, bytes]]]:
     """Every key and value of every database of the store."""
-    return {db: list(saver.store.iter_db(db)) for db in _DBS}
+    return {db: list(saver.store.iter_db(db)) for db in DB_NAMES}
 
 
 def wrong_graph() -> CompiledStateGraph[Any, Any, Any]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import lmdb
 import pytest
 from click.testing import CliRunner
-from deltalog.engine import DeltaLogSaver, Store
+from deltalog.engine import DeltaLogSaver, Environment
 from deltalog.engine.cli import cli
 from deltalog.engine.errors import NotAStoreError
 
@@ -120,12 +120,12 @@ def test_command_on_a_non_store_changes_nothing(tmp_path: Path, target: str, com
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_readonly_store_open_raises_not_a_store(tmp_path: Path, target: str) -> None:
-    """``Store(readonly=True)`` on a non-store raises NotAStoreError and touches nothing."""
+    """``Environment(readonly=True)`` on a non-store raises NotAStoreError and touches nothing."""
     path = tmp_path / "p"
     TARGETS[target](path)
     before = snapshot(tmp_path)
     with pytest.raises(NotAStoreError, match="not a deltalog store"):
-        Store(path, readonly=True)
+        Environment(path, readonly=True)
     assert snapshot(tmp_path) == before
 
 

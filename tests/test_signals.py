@@ -112,5 +112,5 @@ def test_signals_on_the_main_thread_fail_no_other_threads_put(
         }
         assert set(committed_interrupted) <= main
         store = saver.store
-        assert store._next is None and not store._leading and not store._queue
+        assert store.commits.idle()
         assert saver.verify().ok

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 from deltalog.engine import DeltaLogSaver
+from deltalog.engine.blobs import DELTA_MIN
 from deltalog.engine.cache import DecodedCache
 from deltalog.engine.codec import TAG_DELTA, RecordCodec
-from deltalog.engine.store import DELTA_MIN
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -79,9 +79,9 @@ def test_delta_blobs_shrink_storage_and_keep_states(
     """The same program stores far fewer bytes with delta blobs and reads identical history."""
     with_deltas = make_saver()
     graph = run(with_deltas, 25, None)
-    from deltalog.engine.store import Store
+    from deltalog.engine.env import Environment
 
-    plain_store = Store(with_deltas.store.path + "-plain", delta_blobs=False)
+    plain_store = Environment(with_deltas.store.path + "-plain", delta_blobs=False)
     plain = DeltaLogSaver(plain_store)
     try:
         plain_graph = run(plain, 25, None)

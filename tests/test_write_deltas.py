@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from deltalog.engine import CorruptRecordError, DeltaLogSaver, keys
-from deltalog.engine.store import DELTA_MIN
+from deltalog.engine.blobs import DELTA_MIN
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
 

@@ -1,0 +1,351 @@
+"""Channel values: blob records and delta blobs (put, resolve, rebase), and inline values.
+
+A value of at least :data:`DELTA_MIN` bytes is stored as a zstd delta of an
+earlier version of its channel (skip deltas keep chains near log2(versions));
+a delta may also take the channel's recent writes as its dictionary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any, Final
+
+from deltalog.engine import keys
+from deltalog.engine.codec import DeltaHeader, WriteDict
+from deltalog.engine.envelope import (
+    inline_value,
+    split_write_value,
+)
+from deltalog.engine.errors import (
+    CorruptRecordError,
+)
+from deltalog.engine.store_rows import (
+    StoredValue,
+    Typed,
+    Version,
+)
+from deltalog.engine.txn_base import (
+    TxnBase,
+    WriteBase,
+)
+
+if TYPE_CHECKING:
+    pass
+
+# Blob values at least this large are stored as deltas of the channel's previous
+# version (smaller ones gain little and would lengthen chains for nothing).
+DELTA_MIN: Final = 4096
+# Skip deltas keep chains near log2(versions); a chain longer than this is
+# damage (a loop), not data.
+MAX_LINKS: Final = 64
+# A delta blob's dictionary takes the channel's recent writes when the value
+# grew by at least this much since its base, collecting about twice the growth
+# (at most WRITE_DICT_MAX bytes, scanning at most WRITE_SCAN_MAX writes).
+WRITE_DICT_MIN: Final = 256
+WRITE_DICT_MAX: Final = 16 * 1024**2
+WRITE_SCAN_MAX: Final = 20_000
+
+
+class BlobReads(TxnBase):
+    """Reading channel values: blobs (resolving delta links) and inline values."""
+
+    def values(
+        self,
+        t: int,
+        n: int,
+        key: bytes,
+        versions: dict[str, Version],
+        inline: dict[str, list[Any]],
+    ) -> dict[str, StoredValue]:
+        """Stored values of a checkpoint's channel versions (empty versions are absent).
+
+        A value the record ``key`` holds itself (``inline``) is taken from it;
+        the others are read from their blobs.
+        """
+        out: dict[str, StoredValue] = {}
+        for channel, version in versions.items():
+            typed = inline.get(channel)
+            value = (
+                self.blob(t, n, channel, version)
+                if typed is None
+                else inline_value(key, channel, typed)
+            )
+            if value is not None:
+                out[channel] = value
+        return out
+
+    def blob(self, t: int, n: int, channel: str, version: Version) -> StoredValue | None:
+        """One stored channel value, still encoded, or None if that version stored nothing.
+
+        The record is decoded by the caller (through a cache of decoded values),
+        so a value read again costs no deserialization.
+        """
+        c = self.name_id(keys.KIND_CHANNEL, channel)
+        if c is None:
+            return None
+        key = keys.blob_key(t, n, c, version)
+        raw = self.txn.get(key, db=self.dbs.blobs)
+        if raw is None:
+            return None
+        return StoredValue(raw, f"blobs/{key.hex()}", self.blob_typed(key, raw))
+
+    def blob_typed(self, key: bytes, raw: bytes, links: int = 0) -> Typed:
+        """The ``(type, payload)`` of a blob record, resolving delta links to the keyframe.
+
+        Resolved payloads of large records are kept in the store's payload LRU
+        (keyed by the record bytes), so the newest version — usually a delta of
+        the one read before — costs one dictionary decompression, not a chain.
+        """
+        hit = self.store.payloads.get(raw)
+        if hit is not None:
+            return hit
+        where = f"blobs/{key.hex()}"
+        head = self.codec.delta_header(raw, where)
+        if head is None:
+            rec = self.codec.decode(raw, where)
+            typed: Typed = (rec[0], rec[1])
+        else:
+            base_payload = b""
+            if head.ref:
+                base_key = keys.blob_base_key(key, head.ref)
+                base_raw = self.txn.get(base_key, db=self.dbs.blobs)
+                if base_raw is None or links >= MAX_LINKS:
+                    raise CorruptRecordError(
+                        f"record {where} is a delta of blobs/{base_key.hex()}, which is "
+                        f"{'missing' if base_raw is None else 'too many links away'}; run "
+                        "`deltalog verify` and restore from a backup"
+                    )
+                base_payload = self.blob_typed(base_key, base_raw, links + 1)[1]
+            content = b"" if head.span is None else self._range_content(key, head.span)
+            rec = self.codec.decode_delta(head, base_payload, where, content)
+            typed = (rec[0], rec[1])
+        if len(typed[1]) >= DELTA_MIN:
+            self.store.payloads.put(raw, typed)
+        return typed
+
+    def _range_content(self, blob_key: bytes, span: tuple[bytes, bytes]) -> bytes:
+        """:meth:`write_content` of a blob's write range (its thread, ns and channel)."""
+        (t, n, c), _ = keys.split_ids(blob_key, 3)
+        return self.write_content(keys.ns_prefix(t, n), keys.uid(c), *span)
+
+    def write_content(self, prefix: bytes, cbytes: bytes, lo: bytes, hi: bytes) -> bytes:
+        """Payloads of the writes (idx ≥ 0) to one channel under checkpoints ``lo`` … ``hi``.
+
+        Args:
+            prefix: The (thread, ns) key prefix.
+            cbytes: The channel's uid bytes.
+            lo: Encoded id of the first checkpoint (inclusive).
+            hi: Encoded id of the last checkpoint (inclusive).
+
+        Returns:
+            The payloads concatenated in key order: a delta blob's write dictionary.
+        """
+        parts: list[bytes] = []
+        plen = len(prefix)
+        cur = self.txn.cursor(db=self.dbs.writes)
+        ok = cur.set_range(prefix + lo)
+        while ok:
+            key = cur.key()
+            if not key.startswith(prefix) or keys.write_checkpoint_key(key)[plen:] > hi:
+                break
+            part = self._write_payload(key, cur.value(), cbytes)
+            if part is not None:
+                parts.append(part)
+            ok = cur.next()
+        return b"".join(parts)
+
+    def _write_payload(self, key: bytes, raw: bytes, cbytes: bytes) -> bytes | None:
+        """The payload of a write if it goes to channel ``cbytes`` with idx ≥ 0."""
+        if not raw.startswith(cbytes) or keys.write_idx(key) < 0:
+            return None
+        found, _, record = split_write_value(raw)
+        if found != cbytes:
+            return None
+        payload: bytes = self.codec.decode(record, f"writes/{key.hex()}", prefix=found)[1]
+        return payload
+
+
+class BlobWrites(WriteBase, BlobReads):
+    """Storing channel values: blobs, delta blobs and their rebasing."""
+
+    def put_blob(
+        self,
+        t: int,
+        n: int,
+        channel: str,
+        version: Version,
+        typed: Typed,
+        before: bytes | None = None,
+    ) -> None:
+        """Store one channel value unless that version is already stored (first writer wins).
+
+        Values of at least ``DELTA_MIN`` bytes are stored as zstd deltas with
+        *skip-delta* bases (Subversion's FSFS scheme): the n-th stored version
+        of a channel since its last full record is compressed against the
+        version whose index is n with its lowest set bit cleared. A read
+        resolves at most popcount(n) links — ~log2 of the versions — and a
+        version costs about the content added since its base, so neither
+        reads nor per-version bytes grow with the thread the way periodic
+        full "keyframes" do (with a keyframe every 8 links, a 3,334-turn chat
+        stored 34 MB; see docs/benchmarks.md).
+
+        With ``before`` (the encoded id of the checkpoint the value belongs
+        to), the delta's dictionary also holds the channel's latest writes
+        under earlier checkpoints of the group — the content added since the
+        base is usually exactly those writes (a ``_DeltaSnapshot`` is the
+        previous one plus the replayed writes), so the version then costs
+        little more than the list structure. The write range is named in the
+        record and guarded: see :meth:`rebase_blobs`.
+        """
+        c = self.intern(keys.KIND_CHANNEL, channel)
+        key = keys.blob_key(t, n, c, version)
+        record: bytes | None = None
+        if not (self.store.delta_blobs and len(typed[1]) >= DELTA_MIN):
+            # No base to look for: a put that may not overwrite checks for the key.
+            record = self.codec.encode(list(typed))
+            if not self.txn.put(key, record, overwrite=False, db=self.dbs.blobs):
+                return
+        else:
+            cur = self.txn.cursor(db=self.dbs.blobs)
+            if cur.set_key(key):
+                return
+            base_payload, base_ref, seq = b"", b"", 0
+            base = self._skip_delta_base(cur, key, keys.blob_prefix(t, n, c))
+            if base is not None:
+                base_key, base_raw, base_seq = base
+                base_typed = self.blob_typed(base_key, base_raw)
+                if base_typed[0] == typed[0] and len(base_typed[1]) >= DELTA_MIN // 4:
+                    base_payload = base_typed[1]
+                    base_ref, seq = keys.blob_version_bytes(base_key), base_seq
+            writes = None
+            if before is not None:
+                growth = len(typed[1]) - len(base_payload)
+                if growth >= WRITE_DICT_MIN:
+                    writes = self._recent_writes(
+                        keys.ns_prefix(t, n), keys.uid(c), before, min(2 * growth, WRITE_DICT_MAX)
+                    )
+            if base_ref or writes is not None:
+                record = self.codec.encode_delta(typed, base_payload, base_ref, seq, writes)
+            if record is not None and writes is not None:
+                mark = keys.wdep_key(t, n, c)
+                old = self.txn.get(mark, db=self.dbs.meta)
+                if old is None or bytes(old) < writes.hi:
+                    self.txn.put(mark, writes.hi, db=self.dbs.meta)
+            if record is None:
+                record = self.codec.encode(list(typed))
+            self.txn.put(key, record, db=self.dbs.blobs)
+        self.memo_blobs.append((t, n, key))
+        if len(typed[1]) >= DELTA_MIN:
+            self.store.payloads.put(record, typed)
+
+    def _recent_writes(
+        self, prefix: bytes, cbytes: bytes, before: bytes, budget: int
+    ) -> WriteDict | None:
+        """The newest writes to a channel under checkpoints older than ``before``.
+
+        Walks back from ``before`` until at least ``budget`` payload bytes (or
+        ``WRITE_SCAN_MAX`` records) were seen, always finishing the checkpoint
+        it is in, so the range holds *every* write to the channel under each
+        checkpoint from ``lo`` to ``hi`` — what :meth:`ReadTxn.write_content`
+        reads back.
+        """
+        parts: list[bytes] = []
+        size = scanned = 0
+        lo = hi = None
+        plen = len(prefix)
+        cur = self.txn.cursor(db=self.dbs.writes)
+        ok = cur.prev() if cur.set_range(prefix + before) else cur.last()
+        while ok:
+            key = cur.key()
+            if not key.startswith(prefix):
+                break
+            cid = keys.write_checkpoint_key(key)[plen:]
+            if cid != lo and (size >= budget or scanned >= WRITE_SCAN_MAX):
+                break
+            scanned += 1
+            part = self._write_payload(key, cur.value(), cbytes)
+            if part is not None:
+                parts.append(part)
+                size += len(part)
+                hi = hi or cid
+                lo = cid
+            ok = cur.prev()
+        if lo is None or hi is None:
+            return None
+        parts.reverse()
+        return WriteDict(lo, hi, b"".join(parts))
+
+    def rebase_blobs(
+        self,
+        t: int,
+        n: int,
+        *,
+        doomed: Collection[bytes] = (),
+        hit: Callable[[bytes, bytes], bool] | None = None,
+        channel: int | None = None,
+    ) -> int:
+        """Rewrite the surviving delta blobs that are about to lose what they decode through.
+
+        Every change that a delta blob depends on goes through here first, while
+        everything is still intact:
+
+        * its base is about to be deleted (a key in ``doomed``, unreferenced
+          blobs of :meth:`apply_plan`): it becomes a full record;
+        * the writes of its range are about to change (``hit(lo, hi)``): a new
+          write under a checkpoint inside the range (:meth:`put_writes`, a fork
+          resumed from an old checkpoint) or the deletion of such a checkpoint
+          (:meth:`apply_plan`). A delta over writes (see :meth:`put_blob`)
+          needs them exactly as they were, so it becomes a delta of its base
+          alone (a full record if that base goes too).
+
+        Blobs in ``doomed`` are left alone; their children read through the
+        rewritten records, whose payloads are unchanged. ``channel`` (an
+        interned id) limits the scan to that channel's blobs. Returns how many
+        were rewritten.
+        """
+        doomed = set(doomed)
+        prefix = keys.ns_prefix(t, n) if channel is None else keys.blob_prefix(t, n, channel)
+        rewrite: list[tuple[bytes, DeltaHeader, Typed, bool]] = []
+        cur = self.txn.cursor(db=self.dbs.blobs)
+        ok = cur.set_range(prefix)
+        while ok and cur.key().startswith(prefix):
+            key, raw = cur.key(), cur.value()
+            head = None if key in doomed else self.codec.delta_header(raw, f"blobs/{key.hex()}")
+            if head is not None:
+                base_gone = bool(head.ref) and keys.blob_base_key(key, head.ref) in doomed
+                span = head.span
+                if base_gone or (span is not None and hit is not None and hit(*span)):
+                    rewrite.append((key, head, self.blob_typed(key, raw), base_gone))
+            ok = cur.next()
+        for key, head, typed, base_gone in rewrite:
+            record = None
+            if head.ref and not base_gone:
+                base_key = keys.blob_base_key(key, head.ref)
+                base_raw = self.txn.get(base_key, db=self.dbs.blobs)
+                if base_raw is not None:
+                    base_payload = self.blob_typed(base_key, base_raw)[1]
+                    record = self.codec.encode_delta(typed, base_payload, head.ref, head.seq)
+            self.txn.put(key, record or self.codec.encode(list(typed)), db=self.dbs.blobs)
+        return len(rewrite)
+
+    def _skip_delta_base(
+        self, cur: Any, key: bytes, prefix: bytes
+    ) -> tuple[bytes, bytes, int] | None:
+        """(base key, base record, new version's index) for a new blob at ``key``.
+
+        The index counts stored versions since the last full record (which has
+        index 0). The base is the nearest earlier version whose index is at most
+        the new index with its lowest set bit cleared.
+        """
+        found = cur.prev() if cur.set_range(key) else cur.last()
+        if not found or not cur.key().startswith(prefix):
+            return None
+        info = self.codec.delta_info(cur.value(), f"blobs/{cur.key().hex()}")
+        seq = (0 if info is None else info[1]) + 1
+        target = seq & (seq - 1)
+        while True:
+            if info is None or info[1] <= target:
+                return cur.key(), cur.value(), seq
+            if not cur.prev() or not cur.key().startswith(prefix):
+                return None
+            info = self.codec.delta_info(cur.value(), f"blobs/{cur.key().hex()}")

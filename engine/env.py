@@ -1,0 +1,520 @@
+"""The LMDB environment facade: the only place transactions begin (R8).
+
+One :class:`Environment` per path and process: reads are snapshots
+(:meth:`Environment.read`), writes go through group commit
+(:mod:`deltalog.engine.group_commit`) into one write transaction per batch.
+Opening, the format check and fork handling live in :mod:`deltalog.engine.env_open`,
+files and error translation in :mod:`deltalog.engine.env_files`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Final, TypeVar
+
+import lmdb
+import ormsgpack
+from deltalog.engine.env_files import (
+    PARTIAL_SUFFIX,
+    fsync_dir,
+    refuse_network_fs,
+    store_folder,
+    translate_error,
+)
+from deltalog.engine.env_open import IN_WRITE_OP, LIVE_ENVIRONMENTS, EnvironmentBase
+from deltalog.engine.errors import (
+    DeltaLogError,
+    InvalidInputError,
+    StoreFullError,
+)
+from deltalog.engine.group_commit import WAKE_AFTER, Request
+from deltalog.engine.read_txn import ReadTxn
+from deltalog.engine.table_check import verify_tables
+from deltalog.engine.txn_base import (
+    DB_NAMES,
+)
+from deltalog.engine.write_txn import WriteTxn
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# A read finding every LMDB reader slot taken waits this long for one to be freed
+# (by a read of this process ending, or polled every _SLOT_POLL s for other
+# processes) before it fails.
+READER_WAIT: Final = 30.0
+_SLOT_POLL: Final = 0.05
+# Adopting a map another process grew is retried this often (it may keep growing).
+_RESIZE_RETRIES: Final = 8
+
+
+class Environment(EnvironmentBase):
+    """One LMDB environment per path; the transaction boundary of deltalog.
+
+    Args:
+        path: Folder of the store (created 0700 if missing; files are 0600).
+        map_size: Initial map size in bytes; the map doubles on demand.
+        max_map_size: Cap for automatic growth; reaching it raises StoreFullError.
+        durable: fsync on every commit (default). False relaxes to OS write-back:
+            a crash of the machine (not of the process) may lose the last
+            commits, and corrupts nothing only on filesystems that keep write
+            order (docs/operations.md).
+        codec: The record codec.
+        group_commit: Concurrent writers share one transaction and one fsync.
+        readonly: Open without write access (inspection). Creates and changes
+            nothing: a path that holds no deltalog store raises
+            :class:`NotAStoreError`; without write access to ``lock.mdb``
+            (or with none), a store no process has open is read without it.
+        max_readers: LMDB reader slots (concurrent read transactions, all
+            processes); a read that finds none free waits for one (``READER_WAIT``).
+        delta_blobs: Environment large channel values as deltas of their previous
+            version (see :meth:`WriteTxn.put_blob`).
+        memo_entries: Delta histories remembered per process (see
+            :mod:`deltalog.engine.memo`); 0 turns the history memo off.
+    """
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._closed
+
+    def close(self) -> None:
+        """Close the environment. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        LIVE_ENVIRONMENTS.discard(self)
+        if os.getpid() == self._pid:
+            with self.commits.write_lock, self._rw.exclusive():
+                if not self.readonly:
+                    # Leave no gap for the next read-only open (see _fill_gap).
+                    with contextlib.suppress(OSError, lmdb.Error):
+                        self._fill_gap(logging.DEBUG)
+                self.env.close()
+            self.commits.close()
+        self.memo.reset(0)
+
+    def _page_end(self) -> int:
+        """Bytes the pages in use reach, by the current meta page."""
+        return int((self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"])
+
+    def _fill_gap(self, level: int) -> None:
+        """Zero-fill the data file up to the pages in use (see _open_env)."""
+        data = os.path.join(self.path, "data.mdb")
+        used = self._page_end()
+        size = os.path.getsize(data)
+        if size < used:
+            with open(data, "r+b") as handle:
+                os.posix_fallocate(handle.fileno(), 0, used)
+            logger.log(
+                level, "zero-filled %s from %d to %d bytes (pages past its end)", data, size, used
+            )
+
+    # -- transactions ---------------------------------------------------------------
+
+    def _begin(self, write: bool) -> Any:
+        try:
+            return self.env.begin(write=write)
+        except lmdb.MapResizedError:
+            # Another process grew the map: adopt its size, then retry (it may
+            # grow again meanwhile). set_mapsize needs no transaction open in this
+            # process, so a reader also waits for the writer (a writer holds it).
+            attempts = 0
+            while True:
+                if not write:
+                    self._rw.release_read()
+                try:
+                    with self.commits.write_lock, self._rw.exclusive():
+                        self.env.set_mapsize(0)
+                finally:
+                    if not write:
+                        self._rw.acquire_read()
+                try:
+                    return self.env.begin(write=write)
+                except lmdb.MapResizedError:
+                    attempts += 1
+                    if attempts >= _RESIZE_RETRIES:
+                        raise
+        except lmdb.ReadersFullError as exc:
+            # Slots of killed processes stay taken until someone checks; a
+            # long-lived process would otherwise be locked out until restart.
+            if self.env.reader_check():
+                with contextlib.suppress(lmdb.ReadersFullError):
+                    return self.env.begin(write=write)
+            if write:
+                raise translate_error(exc, self.path) from exc
+            return self._wait_for_slot(exc)
+
+    def _wait_for_slot(self, exc: lmdb.ReadersFullError) -> Any:
+        """Begin a read once a reader slot is free, waiting up to ``READER_WAIT`` seconds.
+
+        Every read transaction holds one of the environment's ``max_readers``
+        slots (shared by all processes). More threads than slots reading at
+        once wait here instead of failing (issue 15.12): a read of this
+        process that ends wakes one waiter; slots freed by other processes
+        are polled. Called with the read side of ``_rw`` held, which is let go
+        while waiting, so map growth is never held up by a waiting reader.
+        """
+        deadline = time.monotonic() + READER_WAIT
+        while True:
+            self._rw.release_read()
+            try:
+                with self._slot_freed:
+                    self._slot_waiters += 1
+                    try:
+                        self._slot_freed.wait(_SLOT_POLL)
+                    finally:
+                        self._slot_waiters -= 1
+            finally:
+                self._rw.acquire_read()
+            try:
+                return self.env.begin(write=False)
+            except lmdb.ReadersFullError:
+                if time.monotonic() >= deadline:
+                    raise DeltaLogError(
+                        f"all {self.max_readers} LMDB reader slots of {self.path!r} stayed in "
+                        f"use for {READER_WAIT:g} s; raise max_readers "
+                        "(DeltaLogSaver.from_path(max_readers=...), set by the first process "
+                        "that opens the store) or close idle processes"
+                    ) from exc
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[ReadTxn]:
+        """One consistent read transaction (a snapshot). Keep it short."""
+        self._check_pid()
+        self._rw.acquire_read()
+        try:
+            txn = self._begin(write=False)
+            try:
+                yield ReadTxn(self, txn)
+            except lmdb.Error as exc:
+                raise translate_error(exc, self.path) from exc
+            finally:
+                txn.abort()
+                if self._slot_waiters:  # a read waits for a slot (see _wait_for_slot)
+                    with self._slot_freed:
+                        self._slot_freed.notify()
+        finally:
+            self._rw.release_read()
+
+    def write(self, op: Callable[[WriteTxn], T], *, history_safe: bool = False) -> T:
+        """Run ``op`` in a write transaction and commit it durably (R8).
+
+        With group commit, concurrent callers queue their ops; when no commit
+        is running, one of them leads: it takes every queued op and runs them in
+        one transaction (an op that raises fails alone: the transaction is
+        dropped with what it wrote and the others run again), commits once,
+        then wakes the callers it committed for.
+        While it commits, new ops queue up for the next leader. Every caller
+        returns only after the commit holding its op is done, so a returned
+        write is as durable as with one commit each. ``op`` may run more than
+        once (map growth retries it) and must only touch the transaction.
+
+        ``history_safe`` declares that ``op`` changes records only through
+        :meth:`WriteTxn.put_checkpoint`, :meth:`WriteTxn.put_writes` and
+        :meth:`WriteTxn.put_blob`, which report what they may change to the
+        history memo. Any other op (deletion, maintenance, raw puts) makes the
+        commit count as changing every remembered history.
+        """
+        self._check_writable()
+        return self.commits.write(op, history_safe=history_safe)
+
+    def submit(
+        self,
+        op: Callable[[WriteTxn], T],
+        notify: Callable[[BaseException | None, T | None], None],
+        *,
+        history_safe: bool = False,
+    ) -> None:
+        """Queue ``op`` for the next group commit without waiting for it (async callers).
+
+        ``notify(error, value)`` is called once the commit holding ``op`` is
+        durable (``error`` None, ``value`` what ``op`` returned) or failed, on
+        the thread that committed it: it must only hand the result over (e.g.
+        with ``loop.call_soon_threadsafe``). If no commit is running, a leader task
+        on the store's lead thread takes the queue, so the caller never blocks
+        and no thread waits per queued op. Same durability as :meth:`write`.
+        """
+        self._check_writable()
+        self.commits.submit(op, notify, history_safe=history_safe)
+
+    def _run_batch(
+        self, batch: list[Request[Any]], before_commit: Callable[[], None] | None = None
+    ) -> None:
+        pending = batch
+        while True:
+            names: dict[tuple[bytes, str], int] = {}
+            txn = self._begin(write=True)
+            txn_id: int = txn.id()
+            self.memo.begin_write(txn_id)
+            wtxns: list[WriteTxn] = []
+            try:
+                failed = None
+                started = time.perf_counter()
+                for req in pending:
+                    if before_commit is not None and (
+                        not req.history_safe or time.perf_counter() - started > WAKE_AFTER
+                    ):
+                        # Ops that may run long (maintenance, or many of them):
+                        # the last batch is durable and waits no longer.
+                        before_commit()
+                        before_commit = None
+                    wtxns.append(WriteTxn(self, txn, names))
+                    running = IN_WRITE_OP.__dict__.setdefault("stores", set())
+                    running.add(self)
+                    try:
+                        req.value = req.op(wtxns[-1])
+                    except lmdb.MapFullError:
+                        raise
+                    except BaseException as exc:
+                        req.error = (
+                            translate_error(exc, self.path) if isinstance(exc, lmdb.Error) else exc
+                        )
+                        req.done, failed = True, req
+                        break
+                    finally:
+                        running.discard(self)
+                if failed is not None:
+                    # The ops share one transaction: drop it with what the failed op
+                    # wrote, and run the others again without it. (A nested
+                    # transaction per op avoided the re-run but cost two more LMDB
+                    # calls per op: 10.3-10.9k vs 10.9-11.2k puts/s at 16 threads.)
+                    txn.abort()
+                    pending = [req for req in pending if req is not failed]
+                    if not pending:
+                        return
+                    continue
+                # Before the commit is visible: a reader that sees it must also
+                # see what it invalidates.
+                self.memo.before_commit(
+                    txn_id,
+                    groups=[g for w in wtxns for g in w.memo_groups],
+                    everything=not all(req.history_safe for req in pending),
+                    new_blobs=[b for w in wtxns for b in w.memo_blobs],
+                )
+                if before_commit is not None:
+                    before_commit()
+                    before_commit = None
+                txn.commit()
+                self.memo.committed(txn_id)
+            except lmdb.MapFullError:
+                txn.abort()
+                if not self._grow():
+                    full: BaseException = StoreFullError(
+                        f"store {self.path!r} reached its map size cap of {self.max_map_size} "
+                        "bytes; nothing of this write was stored. Raise max_map_size, prune "
+                        "or compact"
+                    )
+                    for req in pending:
+                        req.error, req.done = full, True
+                    return
+                for req in pending:
+                    req.error = None
+                continue
+            except BaseException as exc:
+                with contextlib.suppress(Exception):
+                    txn.abort()
+                err = translate_error(exc, self.path) if isinstance(exc, lmdb.Error) else exc
+                for req in pending:
+                    req.error, req.done = err, True
+                return
+            for (kind, name), name_id in names.items():
+                self._name_ids.put((kind, name), name_id)
+                self._names.put((kind, name_id), name)
+            for req in pending:
+                req.done = True
+            if self.codec.wants_training:
+                self._train_dictionary()
+            return
+
+    def _load_dictionary(self, dict_id: int) -> bytes | None:
+        """A dictionary another process trained after this one opened the store."""
+        with self.read() as r:
+            found = dict(r.dictionaries()).get(dict_id)
+        return found
+
+    def _train_dictionary(self) -> None:
+        """Train the store's record dictionary from this process's samples and store it.
+
+        Runs under the writer lock right after a commit. If another process
+        stored a dictionary first, that one is adopted instead: a store has
+        one, immutable once written, so every record names a dictionary that
+        is on disk before the record is.
+        """
+        try:
+            trained = self.codec.train()
+        except Exception as exc:  # too few distinct samples; sampling starts over
+            logger.info("record dictionary training skipped: %s", exc)
+            return
+        for _ in range(2):
+            txn = self._begin(write=True)
+            txn_id: int = txn.id()
+            self.memo.begin_write(txn_id)
+            try:
+                existing = ReadTxn(self, txn).dictionaries()
+                if existing:
+                    dict_id, dictionary = existing[-1]
+                else:
+                    dict_id, dictionary = 1, trained
+                    txn.put(b"dict:1", ormsgpack.packb(trained), db=self._dbs.meta)
+                txn.commit()
+                self.memo.committed(txn_id)
+            except lmdb.MapFullError:
+                txn.abort()
+                if not self._grow():
+                    return
+                continue
+            except lmdb.Error as exc:
+                txn.abort()
+                logger.warning("could not store the record dictionary: %s", exc)
+                return
+            self.codec.install(dict_id, dictionary, activate=True)
+            return
+
+    def _grow(self) -> bool:
+        current = self.env.info()["map_size"]
+        if current >= self.max_map_size:
+            return False
+        new = min(current * 2, self.max_map_size)
+        with self._rw.exclusive():
+            self.env.set_mapsize(new)
+        logger.info("grew LMDB map of %s from %d to %d bytes", self.path, current, new)
+        return True
+
+    # -- whole-store operations ------------------------------------------------------
+
+    def used_bytes(self) -> int:
+        """Bytes of pages in use (what the data would occupy after compaction + free pages)."""
+        self._check_pid()
+        info = self.env.info()
+        return int((info["last_pgno"] + 1) * self.env.stat()["psize"])
+
+    def file_bytes(self) -> int:
+        """Size of the data file on disk."""
+        return os.path.getsize(os.path.join(self.path, "data.mdb"))
+
+    def copy_to(self, dest: str | os.PathLike[str], *, compact: bool = True) -> None:
+        """Consistent hot copy of the whole store (compacting by default) into a new folder.
+
+        The one write path of backups and compactions. The copy goes to a
+        temporary file in ``dest``, owner-only (0600) from its creation, is
+        fsync'd, and only when complete is linked into place as ``data.mdb``
+        (then the folder is fsync'd): an interrupted copy leaves no
+        ``data.mdb``, so it never opens as a store (issue 15.4, 15.10).
+
+        Raises:
+            InvalidInputError: ``dest`` is a file, or a folder already holding a store.
+        """
+        self._check_pid()
+        dest = store_folder(dest, what="backup destination")
+        final = os.path.join(dest, "data.mdb")
+        if os.path.exists(dest) and not os.path.isdir(dest):
+            raise InvalidInputError(
+                f"backup destination {dest!r} is a file; pass a new (or empty) folder path"
+            )
+        if os.path.lexists(final):
+            raise InvalidInputError(f"{dest!r} already holds a store; pick an empty folder")
+        os.makedirs(dest, mode=0o700, exist_ok=True)
+        refuse_network_fs(dest)
+        fd, partial = tempfile.mkstemp(prefix=".data.mdb.", suffix=PARTIAL_SUFFIX, dir=dest)
+        try:
+            try:
+                os.fchmod(fd, 0o600)
+                self.env.copyfd(fd, compact=compact)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(partial, final)  # unlike rename, never replaces a data.mdb
+            except FileExistsError:
+                raise InvalidInputError(
+                    f"{dest!r} received a store from someone else during the copy; pick an "
+                    "empty folder"
+                ) from None
+        except lmdb.Error as exc:
+            raise translate_error(exc, dest) from exc
+        except OSError as exc:
+            raise translate_error(exc, dest) from exc
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
+        fsync_dir(dest)
+
+    def readers(self) -> dict[str, Any]:
+        """LMDB's reader table (``mdb_reader_list``) and the newest transaction id.
+
+        Returns:
+            ``{"last_txnid": n, "readers": [(pid, thread, txnid), ...]}``; a
+            slot's ``txnid`` is the snapshot it pins, ``"-"`` when idle.
+        """
+        self._check_pid()
+        rows: list[tuple[int, str, str]] = []
+        for line in self.env.readers().splitlines()[1:]:
+            parts = line.split()
+            if len(parts) == 3 and parts[0].isdigit():
+                rows.append((int(parts[0]), parts[1], parts[2]))
+        return {"last_txnid": int(self.env.info()["last_txnid"]), "readers": rows}
+
+    def clear_stale_readers(self) -> int:
+        """Free the reader slots of processes that died (``mdb_reader_check``); how many."""
+        self._check_pid()
+        return int(self.env.reader_check())
+
+    def copy_to_fd(self, fd: int, *, compact: bool = False) -> None:
+        """Consistent hot copy of the data file (``data.mdb``) written to file descriptor ``fd``."""
+        self._check_pid()
+        try:
+            self.env.copyfd(fd, compact=compact)
+        except lmdb.Error as exc:
+            raise translate_error(exc, f"file descriptor {fd}") from exc
+
+    def stats(self) -> dict[str, Any]:
+        """Entry and page counts per named database plus map figures."""
+        self._check_pid()
+        out: dict[str, Any] = {
+            "map_size": self.env.info()["map_size"],
+            "used_bytes": self.used_bytes(),
+        }
+        with self.read() as r:
+            for name in DB_NAMES:
+                st = r.txn.stat(getattr(self._dbs, name))
+                out[name] = {
+                    "entries": st["entries"],
+                    "pages": st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"],
+                }
+        return out
+
+    def iter_db(
+        self, name: str, prefix: bytes = b"", chunk: int = 512
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value) of one database under ``prefix``, read in short chunks."""
+        db = getattr(self._dbs, name)
+        start: bytes | None = None
+        while True:
+            rows: list[tuple[bytes, bytes]] = []
+            with self.read() as r:
+                cur = r.txn.cursor(db=db)
+                ok = cur.set_range(start if start is not None else prefix)
+                if ok and start is not None and cur.key() == start:
+                    ok = cur.next()
+                while ok and len(rows) < chunk:
+                    key = cur.key()
+                    if not key.startswith(prefix):
+                        ok = False
+                        break
+                    rows.append((key, cur.value()))
+                    ok = cur.next()
+            yield from rows
+            if not ok or not rows:
+                return
+            start = rows[-1][0]
+
+    def verify_tables(self) -> list[tuple[str, str | None, str]]:
+        """Every key of every database checked as reads use it (see
+        :func:`deltalog.engine.table_check.verify_tables`); never raises for damage."""
+        return verify_tables(self)

@@ -1,0 +1,480 @@
+"""Opening an environment: folder and files, LMDB flags, format check, migrations, fork."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import lmdb
+import ormsgpack
+from deltalog.engine import keys
+from deltalog.engine.cache import EnvelopeCache, NameCache, PayloadCache
+from deltalog.engine.codec import RecordCodec
+from deltalog.engine.env_files import (
+    check_data_file,
+    check_sizes,
+    lock_held,
+    readonly_lock,
+    refuse_network_fs,
+    store_folder,
+)
+from deltalog.engine.envelope import (
+    read_format_version,
+)
+from deltalog.engine.errors import (
+    ForkedStoreError,
+    NotAStoreError,
+    ReadOnlyStoreError,
+    ReentrantWriteError,
+    StoreClosedError,
+    StoreOpenError,
+)
+from deltalog.engine.group_commit import GroupCommit, Request
+from deltalog.engine.memo import HistoryMemo
+from deltalog.engine.migrations import pending
+from deltalog.engine.names import (
+    NAMES_CRC_FORMAT,
+)
+from deltalog.engine.txn_base import (
+    DB_NAMES,
+    MEMORY_DB_NAMES,
+    Dbs,
+)
+
+if TYPE_CHECKING:
+    from deltalog.engine.read_txn import ReadTxn
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+#: The stores whose write op this thread is running (a write asked for from
+#: inside one would wait for itself: Environment._check_writable refuses it).
+IN_WRITE_OP: Final = threading.local()
+# How long fork() waits for this process's open transactions before giving up on
+# closing the environment for the child (see Environment._close_for_fork).
+_FORK_WAIT: Final = 5.0
+
+
+class RWLock:
+    """Many readers or one exclusive holder (map growth remaps the file under readers)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._exclusive = False
+        # The exclusive holder may read, and take the exclusive side again (reopening
+        # after fork reads the format, and a read may have to adopt a grown map).
+        self._owner: int | None = None
+        self._depth = 0
+
+    def acquire_read(self) -> None:
+        with self._cond:
+            while self._exclusive and self._owner != threading.get_ident():
+                self._cond.wait()
+            self._readers += 1
+
+    def release_read(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            if not self._readers:
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            if self._owner == threading.get_ident():
+                self._depth += 1
+            else:
+                while self._exclusive:
+                    self._cond.wait()
+                self._exclusive = True
+                while self._readers:
+                    self._cond.wait()
+                self._owner, self._depth = threading.get_ident(), 1
+        try:
+            yield
+        finally:
+            self.release_exclusive()
+
+    def try_exclusive(self, timeout: float) -> bool:
+        """Take the exclusive side within ``timeout`` seconds; False (and nothing held) if not."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._exclusive:
+                if not self._cond.wait(deadline - time.monotonic()):
+                    return False
+            self._exclusive = True
+            while self._readers:
+                if not self._cond.wait(deadline - time.monotonic()):
+                    self._exclusive = False
+                    self._cond.notify_all()
+                    return False
+            self._owner, self._depth = threading.get_ident(), 1
+            return True
+
+    def release_exclusive(self) -> None:
+        """Give up (one level of) the exclusive side."""
+        with self._cond:
+            self._depth -= 1
+            if not self._depth:
+                self._exclusive = False
+                self._owner = None
+                self._cond.notify_all()
+
+
+class EnvironmentBase:
+    """Opening, checking and reopening an environment; the base of
+    :class:`~deltalog.engine.env.Environment` (see there for the arguments)."""
+
+    if TYPE_CHECKING:  # provided by Environment
+
+        def read(self) -> contextlib.AbstractContextManager[ReadTxn]: ...
+
+        def _run_batch(
+            self, batch: list[Request[Any]], before_commit: Callable[[], None] | None = None
+        ) -> None: ...
+
+        def _page_end(self) -> int: ...
+
+        def _fill_gap(self, level: int) -> None: ...
+
+        def _load_dictionary(self, dict_id: int) -> bytes | None: ...
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        map_size: int = 64 * 1024**2,
+        max_map_size: int = 1024**4,
+        durable: bool = True,
+        codec: RecordCodec | None = None,
+        group_commit: bool = True,
+        readonly: bool = False,
+        max_readers: int = 126,
+        delta_blobs: bool = True,
+        memo_entries: int = 4096,
+    ) -> None:
+        check_sizes(map_size, max_map_size, max_readers)
+        self.path = store_folder(path)
+        self.map_size = map_size
+        self.max_map_size = max_map_size
+        self.durable = durable
+        self.codec = codec or RecordCodec()
+        self.group_commit = group_commit
+        self.readonly = readonly
+        self.max_readers = max_readers
+        self.delta_blobs = delta_blobs
+        self.payloads = PayloadCache()
+        self.envelopes = EnvelopeCache()
+        self.memo = HistoryMemo(memo_entries)
+        self._name_ids: NameCache[tuple[bytes, str], int] = NameCache()
+        self._names: NameCache[tuple[bytes, int], str] = NameCache()
+        self._names_crc = False
+        self._closed = False
+        self._open()
+
+    # -- life cycle ---------------------------------------------------------------
+
+    def db(self, name: str) -> Any:
+        """The handle of one named database (for ops given to :meth:`write`)."""
+        return getattr(self._dbs, name)
+
+    def _open(self) -> None:
+        self._pid = os.getpid()
+        self._closed_for_fork = False
+        self._rw = RWLock()
+        # Reads waiting for a free LMDB reader slot (see _wait_for_slot).
+        self._slot_freed = threading.Condition(threading.Lock())
+        self._slot_waiters = 0
+        self.commits = GroupCommit(self._run_batch, enabled=self.group_commit)
+        self._open_env()
+        LIVE_ENVIRONMENTS.add(self)
+
+    def _open_env(self) -> None:
+        if not self.readonly:
+            try:
+                os.makedirs(self.path, mode=0o700, exist_ok=True)
+            except OSError as exc:  # e.g. the path is a file, or not writable
+                raise StoreOpenError(
+                    f"cannot use {self.path!r} as a store folder ({exc}); a store is a folder "
+                    "holding data.mdb and lock.mdb: pass a new or existing folder path"
+                ) from exc
+            check_data_file(self.path, required=False)
+            lock = True
+            probe = os.path.exists(os.path.join(self.path, "data.mdb")) and not lock_held(self.path)
+        else:
+            # One read-only open path (R12): nothing is created or written
+            # before the folder is known to hold a deltalog store.
+            check_data_file(self.path, required=True)
+            lock, probe = readonly_lock(self.path)
+        refuse_network_fs(self.path)
+        data = os.path.join(self.path, "data.mdb")
+        size = max(self.map_size, os.path.getsize(data) if os.path.exists(data) else 0)
+        if probe:
+            # Probe without a lock first: no process has the environment open,
+            # so nothing changes under the probe, and a foreign environment is
+            # refused without a reader slot (or a writer) touching its lock file.
+            self.env = self._lmdb_open(size, lock=False, readonly=True)
+            try:
+                self._check_opened(probe=True)
+            finally:
+                self.env.close()
+        self.env = self._lmdb_open(size, lock=lock, readonly=self.readonly)
+        #: False when read-only without LMDB's lock file (see readonly_lock).
+        self.locked = lock
+        try:
+            self._check_opened()
+        except BaseException:
+            self.env.close()
+            raise
+        stale = self.env.reader_check()
+        self.stale_readers_cleared = stale  # for `deltalog readers`
+        if stale:
+            logger.info("cleared %d stale LMDB reader slots in %s", stale, self.path)
+        try:
+            self._init_dbs()
+        except BaseException:
+            self.env.close()
+            raise
+        # Whatever was committed before this open (also by this process before
+        # a fork) counts as another process's work.
+        self.memo.reset(self.env.info()["last_txnid"])
+
+    def _lmdb_open(self, size: int, *, lock: bool, readonly: bool) -> Any:
+        try:
+            return lmdb.open(
+                os.fsencode(self.path),  # not str: LMDB would take it as UTF-8
+                map_size=size,
+                max_dbs=len(DB_NAMES) + len(MEMORY_DB_NAMES) + 1,
+                max_readers=self.max_readers,
+                sync=self.durable,
+                metasync=self.durable,
+                readonly=readonly,
+                readahead=False,
+                mode=0o600,
+                lock=lock,
+            )
+        except lmdb.Error as exc:
+            raise StoreOpenError(
+                f"cannot open LMDB store at {self.path!r} ({type(exc).__name__}: {exc}); "
+                "is it a deltalog store on a local disk?"
+            ) from exc
+
+    def _check_opened(self, *, probe: bool = False) -> None:
+        """A just opened environment: its data file is whole, and it is deltalog's.
+
+        ``probe``: a lock-free read-only look before a writable open, which
+        leaves a truncated file to the writable open (it fills the gap).
+        """
+        # A data file shorter than the pages its meta page claims would raise
+        # SIGBUS on a read past its end, killing the interpreter. That happens to
+        # a store truncated by a bad copy, but also to a healthy one: LMDB may
+        # allocate a page, free it in the same transaction and never write it.
+        # So a writable open zero-fills the gap, and so does closing a writable
+        # store (posix_fallocate never shrinks a file another process is
+        # extending): free pages stay free, and pages a
+        # truncation really lost read as damaged (CorruptRecordError, reported
+        # by verify) instead of crashing. Size is read after the meta, so a
+        # concurrent writer can only make the file look longer, never shorter.
+        data = os.path.join(self.path, "data.mdb")
+        if self.readonly or probe:
+            used, size = self._page_end(), os.path.getsize(data)
+            if size < used:
+                if probe and not self.readonly:
+                    return
+                raise StoreOpenError(
+                    f"{data!r} is {size} bytes but its pages reach {used} bytes (truncated, or "
+                    "last written by a transaction that freed pages it never wrote). Open it "
+                    "writable once, which zero-fills the gap safely, or restore a backup"
+                )
+        else:
+            self._fill_gap(logging.WARNING)
+        self._check_identity()
+
+    def _check_identity(self) -> None:
+        """Refuse an LMDB environment that deltalog did not create, before touching it.
+
+        A deltalog store has a ``meta`` database (holding ``format_version``).
+        A writable open may start a new store in an empty environment, never
+        add deltalog's databases to another application's (issue 15.5); a
+        read-only open needs the format record.
+        """
+        try:
+            with self.env.begin() as txn:
+                has_meta = txn.get(b"meta") is not None
+                # A few names for the message (a foreign main database may be huge).
+                listed = txn.cursor().iternext(values=False)
+                named = [bytes(k) for k in itertools.islice(listed, 8)]
+            if not has_meta:
+                if not named and not self.readonly:
+                    return
+                why = (
+                    "an empty LMDB environment"
+                    if not named
+                    else "another application's LMDB environment (databases: "
+                    + ", ".join(repr(k.decode("utf-8", "replace")) for k in named)
+                    + ")"
+                )
+                raise NotAStoreError(
+                    f"{self.path!r} is not a deltalog store: it holds {why}. Nothing was "
+                    "changed; point deltalog at a store folder, or at a new folder to start one"
+                )
+            if self.readonly:
+                meta = self.env.open_db(b"meta", create=False)
+                with self.env.begin() as txn:
+                    found = txn.get(b"format_version", db=meta) is not None
+                if not found:
+                    raise NotAStoreError(
+                        f"{self.path!r} is not a deltalog store: its meta database has no "
+                        "format_version. Nothing was changed; point deltalog at a store folder"
+                    )
+        except (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError) as exc:
+            raise StoreOpenError(
+                f"{self.path!r} is damaged: its list of databases cannot be read "
+                f"({type(exc).__name__}: {exc}); restore it from a backup"
+            ) from exc
+        except lmdb.Error as exc:
+            raise NotAStoreError(
+                f"{self.path!r} is not a deltalog store ({type(exc).__name__}: {exc}). "
+                "Nothing was changed; point deltalog at a store folder"
+            ) from exc
+
+    def _init_dbs(self) -> None:
+        try:
+            if self.readonly:
+                # Without txn=: py-lmdb opens (and commits) its own transaction, so
+                # the handles outlive it; a read transaction would discard them.
+                handles = {name: self.env.open_db(name.encode(), create=False) for name in DB_NAMES}
+                for name in MEMORY_DB_NAMES:
+                    with contextlib.suppress(lmdb.NotFoundError):
+                        handles[name] = self.env.open_db(name.encode(), create=False)
+            else:
+                with self.env.begin(write=True) as txn:
+                    meta = self.env.open_db(b"meta", txn=txn)
+                    raw = txn.get(b"format_version", db=meta)
+                    if raw is not None:
+                        # A newer or malformed format is refused before this
+                        # transaction creates anything (it aborts): the file stays as it was.
+                        read_format_version(raw, self.path)
+                    handles = {
+                        name: self.env.open_db(name.encode(), txn=txn)
+                        for name in DB_NAMES + MEMORY_DB_NAMES
+                    }
+                    if raw is None:
+                        txn.put(
+                            b"format_version",
+                            ormsgpack.packb(keys.FORMAT_VERSION),
+                            db=handles["meta"],
+                        )
+        except lmdb.Error as exc:
+            raise StoreOpenError(
+                f"{self.path!r} is not a readable deltalog store ({type(exc).__name__}: {exc})"
+            ) from exc
+        self._dbs = Dbs(**handles)
+        with self.read() as r:
+            version = read_format_version(
+                r.txn.get(b"format_version", db=self._dbs.meta), self.path
+            )
+            dictionaries = r.dictionaries()
+        for dict_id, dictionary in dictionaries:
+            self.codec.install(dict_id, dictionary, activate=dict_id == dictionaries[-1][0])
+        self.codec.dictionary_loader = self._load_dictionary
+        if version != keys.FORMAT_VERSION and not self.readonly:
+            version = self._migrate()
+        self._names_crc = version >= NAMES_CRC_FORMAT
+
+    def _migrate(self) -> int:
+        """Bring an older store to the current format in one write transaction (R10).
+
+        The version is read again inside the transaction: another process may
+        have upgraded the store since this one looked. Returns the format now stored.
+        """
+        with self.env.begin(write=True) as txn:
+            version = read_format_version(txn.get(b"format_version", db=self._dbs.meta), self.path)
+            for old, new, step in pending(version):
+                logger.info("upgrading store %s from format %d to %d", self.path, old, new)
+                step(txn, self._dbs)
+            txn.put(b"format_version", ormsgpack.packb(keys.FORMAT_VERSION), db=self._dbs.meta)
+        return keys.FORMAT_VERSION
+
+    def _check_writable(self) -> None:
+        self._check_pid()
+        if self.readonly:
+            raise ReadOnlyStoreError(f"store {self.path!r} was opened read-only")
+        if self in getattr(IN_WRITE_OP, "stores", ()):
+            # LMDB has one write transaction at a time: waiting here for the next
+            # one, inside the current one, would wait forever.
+            raise ReentrantWriteError(
+                f"a write to store {self.path!r} was asked for from inside one of its own "
+                "write transactions (e.g. a reducer passed to prune, or an embedder, that "
+                "writes to the same saver or store); write after the operation returns"
+            )
+
+    def _check_pid(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"store {self.path!r} is closed; open a new saver")
+        if os.getpid() != self._pid:
+            if not self._closed_for_fork:
+                raise ForkedStoreError(
+                    f"store {self.path!r} was inherited over fork() while a transaction "
+                    f"stayed open for over {_FORK_WAIT}s, so this child cannot reopen it; "
+                    "fork when no read or write is in progress, or open the store after fork()"
+                )
+            self._open()
+
+    def _close_for_fork(self) -> None:
+        """Before fork(): wait for this process's transactions, then close the environment.
+
+        A child must neither use nor close an environment it inherits: closing
+        frees reader slots the parent still holds (so a writer may reuse pages
+        the parent is reading), and py-lmdb refuses to open the same files
+        twice in one process. Closed here, with no transaction open, nothing is
+        inherited: the parent reopens at once (:meth:`_reopen_after_fork`), the
+        child on first use (:meth:`_check_pid`). Gives up after ``_FORK_WAIT``.
+        """
+        if self._closed or os.getpid() != self._pid:
+            return
+        if not self.commits.write_lock.acquire(timeout=_FORK_WAIT):
+            return
+        if not self._rw.try_exclusive(_FORK_WAIT):
+            self.commits.write_lock.release()
+            return
+        self.env.close()
+        self._closed_for_fork = True
+
+    def _reopen_after_fork(self) -> None:
+        """In the parent after fork(): reopen what :meth:`_close_for_fork` closed."""
+        if not self._closed_for_fork:
+            return
+        try:
+            self._open_env()
+        finally:
+            self._closed_for_fork = False
+            self._rw.release_exclusive()
+            self.commits.write_lock.release()
+
+
+LIVE_ENVIRONMENTS: weakref.WeakSet[EnvironmentBase] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    for store in list(LIVE_ENVIRONMENTS):
+        store._close_for_fork()
+
+
+def _after_fork_in_parent() -> None:
+    for store in list(LIVE_ENVIRONMENTS):
+        store._reopen_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)

@@ -1,0 +1,237 @@
+"""Whole-thread writes: applying prune plans, copies, imports and deletions."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from deltalog.engine import keys
+from deltalog.engine.checkpoint_writes import CheckpointWrites
+from deltalog.engine.core import Plan
+from deltalog.engine.envelope import (
+    parent_in,
+)
+from deltalog.engine.errors import (
+    InvalidInputError,
+    ThreadExistsError,
+)
+from deltalog.engine.store_rows import (
+    FLAG_HIDDEN,
+    BlobRow,
+    Version,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+class ThreadWrites(CheckpointWrites):
+    """The maintenance writes over whole threads (R7)."""
+
+    def delete_checkpoint(self, t: int, n: int, checkpoint_id: str, run_id: str | None) -> None:
+        """Delete one checkpoint record, its writes and its run-index entry.
+
+        Blobs are shared between checkpoints and are collected separately.
+        """
+        cid = keys.encode_id(checkpoint_id)
+        key = keys.checkpoint_key(t, n, cid)
+        self.txn.delete(key, db=self.dbs.checkpoints)
+        if run_id is not None:
+            self.txn.delete(keys.run_key(keys.encode_run(run_id), t, n, cid), db=self.dbs.runs)
+        self.delete_prefix(self.dbs.writes, key)
+
+    # -- maintenance writes -------------------------------------------------------------
+
+    def apply_plan(
+        self,
+        t: int,
+        n: int,
+        plan: Plan,
+        seeds: Sequence[tuple[str, BlobRow]],
+        versions: dict[str, dict[str, Version]],
+        runs: dict[str, str | None],
+    ) -> dict[str, int]:
+        """Carry out a maintenance plan on one (thread, ns); return what it removed.
+
+        Seeds are written first, then checkpoints are deleted, hidden,
+        unhidden or re-linked, then blobs nobody references are collected.
+        """
+        # Seeds go to versions kept checkpoints reference and deletions touch no
+        # blob key, so the unreferenced blobs can be found once, up front.
+        doomed = self.doomed_blobs(t, n, plan, versions)
+        removed = self.measure(t, n, plan, versions, doomed)
+        for _, blob in seeds:
+            self.put_blob(t, n, blob.channel, blob.version, blob.value)
+        # The rebase decodes through records that the deletions below remove
+        # (bases, and the writes of deleted checkpoints), so it comes first.
+        gone = sorted(keys.encode_id(cid) for cid in plan.delete)
+
+        def hit(lo: bytes, hi: bytes) -> bool:
+            i = bisect.bisect_left(gone, lo)
+            return i < len(gone) and gone[i] <= hi
+
+        self.rebase_blobs(t, n, doomed=doomed, hit=hit if gone else None)
+        for cid in plan.delete:
+            self.delete_checkpoint(t, n, cid, runs.get(cid))
+        for cid in (plan.hide | plan.unhide | set(plan.relink)) - plan.delete:
+            key = keys.checkpoint_key(t, n, keys.encode_id(cid))
+            raw = self.txn.get(key, db=self.dbs.checkpoints)
+            if raw is None:
+                continue
+            rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
+            if cid in plan.hide:
+                rec[6] |= FLAG_HIDDEN
+            if cid in plan.unhide:
+                rec[6] &= ~FLAG_HIDDEN
+            if cid in plan.relink:
+                rec[0] = parent_in(plan.relink[cid])
+            self.txn.put(key, self.codec.encode(rec), db=self.dbs.checkpoints)
+        for key in doomed:
+            self.txn.delete(key, db=self.dbs.blobs)
+        removed["seeds"] = len(seeds)
+        removed["hidden"] = len(plan.hide)
+        return removed
+
+    def copy_thread(self, source: str, target: str) -> dict[str, int] | None:
+        """Copy every record of a thread under another thread id, bytes as stored.
+
+        Returns:
+            Counts per database, or None when the source has no rows.
+
+        Raises:
+            ThreadExistsError: The target already has rows.
+        """
+        s = self.name_id(keys.KIND_THREAD, source)
+        if s is None or not self.has_thread_rows(s):
+            return None
+        existing = self.name_id(keys.KIND_THREAD, target)
+        if existing is not None and self.has_thread_rows(existing):
+            raise ThreadExistsError(
+                f"thread {target!r} already has checkpoints; copy_thread does not merge. "
+                "Delete it first or choose another target thread_id"
+            )
+        d = self.intern(keys.KIND_THREAD, target)
+        counts: dict[str, int] = {}
+        # The copied blobs' write ranges need their marks in meta (see put_blob).
+        for name, head in (
+            ("checkpoints", b""),
+            ("writes", b""),
+            ("blobs", b""),
+            ("meta", keys.WDEP),
+        ):
+            db = getattr(self.dbs, name)
+            prefix = head + keys.thread_prefix(s)
+            copied = 0
+            start = prefix
+            while True:
+                # Read a chunk, then write it: puts while a cursor walks the same
+                # database could move the cursor.
+                chunk: list[tuple[bytes, bytes]] = []
+                cur = self.txn.cursor(db=db)
+                ok = cur.set_range(start)
+                if ok and start != prefix and cur.key() == start:
+                    ok = cur.next()
+                while ok and len(chunk) < 1024 and cur.key().startswith(prefix):
+                    chunk.append((cur.key(), cur.value()))
+                    ok = cur.next()
+                for key, value in chunk:
+                    self.txn.put(head + keys.rethread(key[len(head) :], d), value, db=db)
+                    if name == "checkpoints":
+                        run_id = self.codec.decode(value, f"checkpoints/{key.hex()}")[7]
+                        if run_id is not None:
+                            n = keys.split_ids(key, 2)[0][1]
+                            self.txn.put(
+                                keys.run_key(
+                                    keys.encode_run(run_id), d, n, keys.checkpoint_id_bytes(key)
+                                ),
+                                b"",
+                                db=self.dbs.runs,
+                            )
+                copied += len(chunk)
+                if len(chunk) < 1024:
+                    break
+                start = chunk[-1][0]
+            if not head:
+                counts[name] = copied
+        return counts
+
+    def import_records(
+        self, records: Sequence[dict[str, Any]], *, first_lines: Mapping[str, int] | None = None
+    ) -> dict[str, int]:
+        """Store portable records that :func:`~deltalog.engine.import_check.check_import` passed.
+
+        Every thread of the stream is checked to be new before the first write.
+
+        Args:
+            records: The validated records (no header).
+            first_lines: The stream line of each thread's first record, for errors.
+
+        Raises:
+            ThreadExistsError: A thread in the stream already has checkpoints here.
+        """
+        counts = {"threads": 0, "checkpoints": 0, "blobs": 0, "writes": 0}
+        lines = first_lines or {}
+        for thread_id in dict.fromkeys(rec["thread_id"] for rec in records):
+            existing = self.name_id(keys.KIND_THREAD, thread_id)
+            if existing is not None and self.has_thread_rows(existing):
+                where = (
+                    f"line {lines[thread_id]} of the import stream: " if thread_id in lines else ""
+                )
+                raise ThreadExistsError(
+                    f"{where}thread {thread_id!r} already exists in this store; import into an "
+                    "empty store or delete the thread first"
+                )
+            counts["threads"] += 1
+        for rec in records:
+            kind, thread_id, ns = rec["kind"], rec["thread_id"], rec["checkpoint_ns"]
+            if kind == "checkpoint":
+                self.put_checkpoint(
+                    thread_id,
+                    ns,
+                    rec["checkpoint_id"],
+                    parent_id=rec["parent_id"],
+                    channel_versions=rec["channel_versions"],
+                    checkpoint=(rec["checkpoint"][0], rec["checkpoint"][1]),
+                    metadata=(rec["metadata"][0], rec["metadata"][1]),
+                    run_id=rec["run_id"],
+                    blobs=(),
+                    delta=rec.get("delta", ()),
+                    flags=rec.get("flags", 0),
+                )
+            elif kind == "blob":
+                t = self.intern(keys.KIND_THREAD, thread_id)
+                n = self.intern(keys.KIND_NS, ns)
+                value = (rec["value"][0], rec["value"][1])
+                self.put_blob(t, n, rec["channel"], rec["version"], value)
+            elif kind == "write":
+                self.put_writes(
+                    thread_id,
+                    ns,
+                    rec["checkpoint_id"],
+                    rec["task_id"],
+                    rec["task_path"],
+                    [(rec["channel"], rec["idx"], (rec["value"][0], rec["value"][1]))],
+                )
+            else:
+                raise InvalidInputError(f"import record kind {kind!r} is unknown")
+            counts[kind + "s"] += 1
+        return counts
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint, write, blob and run entry of a thread."""
+        t = self.name_id(keys.KIND_THREAD, thread_id)
+        if t is None:
+            return
+        prefix = keys.thread_prefix(t)
+        for key, raw in list(self.iter_checkpoint_keys(prefix, start=None, reverse=False)):
+            run_id = self.codec.decode(raw, f"checkpoints/{key.hex()}")[7]
+            if run_id is not None:
+                _, n, _ = keys.decode_checkpoint_key(key)
+                self.txn.delete(
+                    keys.run_key(keys.encode_run(run_id), t, n, keys.checkpoint_id_bytes(key)),
+                    db=self.dbs.runs,
+                )
+        for db in (self.dbs.checkpoints, self.dbs.writes, self.dbs.blobs):
+            self.delete_prefix(db, prefix)
+        self.delete_prefix(self.dbs.meta, keys.WDEP + prefix)

@@ -1,0 +1,373 @@
+"""The base of every transaction: interned names, checkpoint envelopes, writes.
+
+:class:`TxnBase` is what every read needs first; :class:`WriteBase` adds the
+primitive mutations (interning, meta, raw puts). The storage mixins
+(:mod:`~deltalog.engine.blobs`, :mod:`~deltalog.engine.history`,
+:mod:`~deltalog.engine.queries`, :mod:`~deltalog.engine.verify_reads`,
+:mod:`~deltalog.engine.thread_ops`) build on them, and
+:class:`~deltalog.engine.read_txn.ReadTxn` / :class:`~deltalog.engine.write_txn.WriteTxn`
+put them together. Valid only inside ``Environment.read()`` / ``Environment.write()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import ormsgpack
+from deltalog.engine import keys
+from deltalog.engine.envelope import (
+    inline_of,
+    parent_out,
+    read_format_version,
+    split_write_value,
+)
+from deltalog.engine.errors import (
+    CorruptRecordError,
+    DeltaLogError,
+)
+from deltalog.engine.names import (
+    NAMES_CRC_FORMAT,
+    decode_name_id,
+    decode_name_rev,
+    encode_name_id,
+    encode_name_rev,
+)
+from deltalog.engine.store_rows import (
+    CheckpointRow,
+    Version,
+    WriteRow,
+)
+
+if TYPE_CHECKING:
+    from deltalog.engine.env_open import EnvironmentBase
+
+DB_NAMES: Final = ("meta", "names", "names_rev", "checkpoints", "writes", "blobs", "runs")
+# The long-term memory store's databases (deltalog.engine.memory_io): created by
+# the first writable open; absent (handle None, read as empty) in a read-only
+# open of a store no writable open of this version touched.
+MEMORY_DB_NAMES: Final = ("items", "item_ns", "item_vectors", "item_ttl")
+
+# A walk that finds no seed after this many ancestors is reading a damaged chain.
+MAX_WALK: Final = 1_000_000
+
+
+NAME_KINDS: Final = (keys.KIND_THREAD, keys.KIND_NS, keys.KIND_CHANNEL)
+
+
+@dataclass
+class Dbs:
+    meta: Any
+    names: Any
+    names_rev: Any
+    checkpoints: Any
+    writes: Any
+    blobs: Any
+    runs: Any
+    items: Any = None
+    item_ns: Any = None
+    item_vectors: Any = None
+    item_ttl: Any = None
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The smallest key greater than every key that starts with ``prefix``."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return b"\xff" * (len(prefix) + 1)
+    return stripped[:-1] + bytes((stripped[-1] + 1,))
+
+
+class TxnBase:
+    """A transaction's names, checkpoint envelopes and writes (see the module)."""
+
+    memo_reads: bool = True
+    """Whether :meth:`~deltalog.engine.history.HistoryReads.history` may use the history memo
+    (never in a write transaction, whose view includes uncommitted changes)."""
+
+    def __init__(self, store: EnvironmentBase, txn: Any) -> None:
+        self.store = store
+        self.txn = txn
+        self.dbs = store._dbs
+        self.codec = store.codec
+
+    # -- names -----------------------------------------------------------------
+
+    def name_id(self, kind: bytes, name: str) -> int | None:
+        """The interned id of ``name``, or None if it was never stored.
+
+        Raises:
+            CorruptRecordError: The ``names`` record fails its CRC (format 4) or
+                is malformed: never another name's id.
+        """
+        cache = self.store._name_ids
+        hit = cache.get((kind, name))
+        if hit is not None:
+            return hit
+        key = keys.name_key(kind, name)
+        raw = self.txn.get(key, db=self.dbs.names)
+        if raw is None:
+            return None
+        name_id, stored = decode_name_id(key, raw, crc=self._names_crc())
+        if stored is not None and stored != name:  # hashed long name collision
+            return None
+        cache.put((kind, name), name_id)
+        self.store._names.put((kind, name_id), name)
+        return name_id
+
+    def name_of(self, kind: bytes, name_id: int) -> str:
+        """The name behind an interned id (CRC-checked like :meth:`name_id`)."""
+        cache = self.store._names
+        hit = cache.get((kind, name_id))
+        if hit is not None:
+            return hit
+        key = keys.name_rev_key(kind, name_id)
+        raw = self.txn.get(key, db=self.dbs.names_rev)
+        if raw is None:
+            raise CorruptRecordError(
+                f"names_rev has no entry for {kind.decode()}:{name_id}; run `deltalog verify`"
+            )
+        name = decode_name_rev(key, raw, crc=self._names_crc())
+        cache.put((kind, name_id), name)
+        return name
+
+    def _names_crc(self) -> bool:
+        """Whether name records carry a CRC: format 4, or an older store that another
+        process upgraded after this (read-only) process opened it."""
+        if not self.store._names_crc:
+            raw = self.txn.get(b"format_version", db=self.dbs.meta)
+            version = read_format_version(raw, self.store.path)
+            self.store._names_crc = version >= NAMES_CRC_FORMAT
+        return self.store._names_crc
+
+    def ids(self, thread_id: str, checkpoint_ns: str) -> tuple[int, int] | None:
+        """Interned (thread, ns) ids, or None when nothing was ever stored there."""
+        t = self.name_id(keys.KIND_THREAD, thread_id)
+        if t is None:
+            return None
+        n = self.name_id(keys.KIND_NS, checkpoint_ns)
+        if n is None:
+            return None
+        return t, n
+
+    # -- checkpoints -------------------------------------------------------------
+
+    def _decode_checkpoint(self, t: int, n: int, key: bytes, raw: bytes) -> CheckpointRow:
+        rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
+        try:
+            parent, versions, ctype, cbytes, mtype, mbytes, flags, run_id = rec[:8]
+            _, _, cid = keys.decode_checkpoint_key(key)
+        except Exception as exc:
+            raise CorruptRecordError(
+                f"record checkpoints/{key.hex()} has an unexpected shape ({exc}); "
+                "run `deltalog verify`"
+            ) from exc
+        return CheckpointRow(
+            thread_id=self.name_of(keys.KIND_THREAD, t),
+            checkpoint_ns=self.name_of(keys.KIND_NS, n),
+            checkpoint_id=cid,
+            parent_id=parent_out(parent),
+            channel_versions=versions,
+            checkpoint=(ctype, cbytes),
+            metadata=(mtype, mbytes),
+            flags=flags,
+            run_id=run_id,
+            inline=inline_of(rec),
+        )
+
+    def _envelope(self, key: bytes, raw: bytes) -> tuple[Any, dict[str, Version], dict[str, Any]]:
+        """(parent bytes, channel versions, inline values) of checkpoint record ``raw``,
+        through the store's envelope cache (shared dicts: read them, never change them)."""
+        envelopes = self.store.envelopes
+        cached = envelopes.get(raw)
+        if cached is None:
+            rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
+            if len(rec) < 2 or not isinstance(rec[1], dict):
+                raise CorruptRecordError(
+                    f"record checkpoints/{key.hex()} has an unexpected shape (no versions map)"
+                )
+            cached = envelopes.put(raw, (rec[0], rec[1], inline_of(rec)))
+        return cached
+
+    def latest_key(self, t: int, n: int) -> bytes | None:
+        """Key of the greatest checkpoint id in (thread, ns): one cursor seek (R4)."""
+        prefix = keys.ns_prefix(t, n)
+        cur = self.txn.cursor(db=self.dbs.checkpoints)
+        found = cur.prev() if cur.set_range(prefix_end(prefix)) else cur.last()
+        if not found:
+            return None
+        key: bytes = cur.key()
+        return key if key.startswith(prefix) else None
+
+    def _damaged(
+        self, t: int, n: int, checkpoint_id: str, exc: Exception, needed_by: str | None = None
+    ) -> CorruptRecordError:
+        """A decode failure restated with the checkpoint (and thread) it damages."""
+        try:
+            where = (
+                f"thread {self.name_of(keys.KIND_THREAD, t)!r}, "
+                f"checkpoint_ns {self.name_of(keys.KIND_NS, n)!r}"
+            )
+        except CorruptRecordError:
+            where = f"thread #{t}, checkpoint_ns #{n}"
+        why = "" if needed_by is None else f", an ancestor needed to rebuild {needed_by!r},"
+        return CorruptRecordError(f"checkpoint {checkpoint_id!r} of {where}{why} is damaged: {exc}")
+
+    def _cycle(self, t: int, n: int, checkpoint_id: str, key: bytes) -> CorruptRecordError:
+        """The error of a walk from ``checkpoint_id`` that met checkpoint ``key`` again."""
+        try:
+            again = repr(keys.decode_checkpoint_key(key)[2])
+        except Exception:
+            again = f"key {key.hex()}"
+        return self._damaged(
+            t,
+            n,
+            checkpoint_id,
+            CorruptRecordError(
+                f"its parent chain reaches checkpoint {again} twice (a parent cycle, or a "
+                f"chain longer than {MAX_WALK}); run `deltalog verify`"
+            ),
+        )
+
+    def writes(
+        self, checkpoint_key: bytes, channels: dict[bytes, str] | None = None
+    ) -> list[WriteRow]:
+        """Writes stored under one checkpoint, in ``writes_sort_key`` order (R1).
+
+        Args:
+            checkpoint_key: The checkpoint's key (also the prefix of its writes).
+            channels: When given, only writes whose channel uid bytes are a key of
+                this map are decoded; the others are skipped without decoding.
+        """
+        out: list[WriteRow] = []
+        cur = self.txn.cursor(db=self.dbs.writes)
+        if not cur.set_range(checkpoint_key):
+            return out
+        plen = len(checkpoint_key)
+        for key, raw in cur:
+            if not key.startswith(checkpoint_key):
+                break
+            cbytes, channel_id, record = split_write_value(raw)
+            if channels is not None:
+                channel = channels.get(cbytes)
+                if channel is None:
+                    continue
+            else:
+                channel = self.name_of(keys.KIND_CHANNEL, channel_id)
+            try:
+                task_path, task_id, idx = keys.write_suffix(key, plen)
+            except Exception as exc:
+                raise CorruptRecordError(
+                    f"key writes/{key.hex()} cannot be decoded ({exc})"
+                ) from exc
+            rec = self.codec.decode(record, f"writes/{key.hex()}", prefix=cbytes)
+            out.append(WriteRow(task_id, channel, (rec[0], rec[1]), task_path, idx))
+        return out
+
+    def meta(self, name: str) -> Any:
+        """A value of the ``meta`` database, or None."""
+        raw = self.txn.get(name.encode("ascii"), db=self.dbs.meta)
+        return None if raw is None else ormsgpack.unpackb(raw)
+
+    def iter_checkpoint_keys(
+        self, prefix: bytes, *, start: bytes | None, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """(key, raw record) under ``prefix``; ``start`` bounds the walk (exclusive)."""
+        cur = self.txn.cursor(db=self.dbs.checkpoints)
+        if reverse:
+            bound = start if start is not None else prefix_end(prefix)
+            ok = cur.prev() if cur.set_range(bound) else cur.last()
+            while ok:
+                key = cur.key()
+                if not key.startswith(prefix):
+                    return
+                yield key, cur.value()
+                ok = cur.prev()
+        else:
+            ok = cur.set_range(start if start is not None else prefix)
+            if ok and start is not None and cur.key() == start:
+                ok = cur.next()
+            while ok:
+                key = cur.key()
+                if not key.startswith(prefix):
+                    return
+                yield key, cur.value()
+                ok = cur.next()
+
+
+class WriteBase(TxnBase):
+    """The primitive mutations of a write transaction: interning, meta, raw puts."""
+
+    memo_reads = False
+
+    def __init__(
+        self, store: EnvironmentBase, txn: Any, new_names: dict[tuple[bytes, str], int]
+    ) -> None:
+        super().__init__(store, txn)
+        self.new_names = new_names
+        # What this transaction may change in remembered histories (reported to
+        # the history memo before the commit, see Environment._run_batch).
+        self.memo_groups: set[tuple[int, int]] = set()
+        self.memo_blobs: list[tuple[int, int, bytes]] = []
+
+    def name_id(self, kind: bytes, name: str) -> int | None:
+        hit = self.new_names.get((kind, name))
+        return hit if hit is not None else super().name_id(kind, name)
+
+    def name_of(self, kind: bytes, name_id: int) -> str:
+        for (k, name), i in self.new_names.items():
+            if k == kind and i == name_id:
+                return name
+        return super().name_of(kind, name_id)
+
+    def intern(self, kind: bytes, name: str) -> int:
+        """The id of ``name``, allocating one inside this transaction if new.
+
+        New ids reach the process-wide cache only after the commit, so an
+        aborted transaction can never leave a cached id that was not stored.
+        """
+        existing = self.name_id(kind, name)
+        if existing is not None:
+            return existing
+        key = keys.name_key(kind, name)
+        seq = self.meta("name_seq") or 0
+        name_id = seq + 1 if type(seq) is int else 0
+        rev_key = keys.name_rev_key(kind, name_id)
+        # A damaged name_seq would hand out an id some name (of any kind: ids
+        # are one sequence) already has, and with it that name's data: refuse.
+        if name_id < 1 or any(
+            self.txn.get(keys.name_rev_key(k, name_id), db=self.dbs.names_rev) is not None
+            for k in NAME_KINDS
+        ):
+            raise CorruptRecordError(
+                f"meta name_seq {seq!r} is damaged: the next id is taken or invalid; run "
+                "`deltalog verify` and restore the store from a backup"
+            )
+        hashed = key[1] == 1  # hashed: keep the full name to detect collisions
+        if hashed and self.txn.get(key, db=self.dbs.names) is not None:
+            raise DeltaLogError(f"sha256 collision interning {name[:40]!r}…")
+        self.txn.put(key, encode_name_id(key, name_id, name if hashed else None), db=self.dbs.names)
+        self.txn.put(rev_key, encode_name_rev(rev_key, name), db=self.dbs.names_rev)
+        self.set_meta("name_seq", name_id)
+        self.new_names[(kind, name)] = name_id
+        return name_id
+
+    def set_meta(self, name: str, value: Any) -> None:
+        """Set a value of the ``meta`` database."""
+        self.txn.put(name.encode("ascii"), ormsgpack.packb(value), db=self.dbs.meta)
+
+    def put_raw(self, db: Any, key: bytes, value: bytes) -> None:
+        """Put bytes as given, bypassing the codec (fault-injection tests plant
+        damaged records through the store's own transaction with it)."""
+        self.txn.put(key, value, db=db)
+
+    def delete_prefix(self, db: Any, prefix: bytes) -> int:
+        """Delete every key starting with ``prefix``; return how many."""
+        cur = self.txn.cursor(db=db)
+        count = 0
+        ok = cur.set_range(prefix)
+        while ok and cur.key().startswith(prefix):
+            ok = cur.delete()
+            count += 1
+        return count
