@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from deltalog.engine import keys
@@ -45,7 +45,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         flags: int = 0,
         inline: Mapping[str, Typed] | None = None,
         carry: Sequence[str] = (),
-        fallback: Callable[[str], Typed | None] | None = None,
+        passed: Mapping[str, Typed] | None = None,
     ) -> None:
         """Store a checkpoint record, its new blobs and its run-index entry.
 
@@ -57,7 +57,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         no blob exists for them, so every record holds the inline values of
         all its versions, and reads never look further than the record. A
         ``carry`` channel whose version the parent lacks (or with no parent)
-        takes ``fallback(channel)``, the caller's own small value, if any,
+        takes ``passed[channel]``, the caller's own small value (serialized), if any,
         else the value another record of the namespace holds at that version
         (:meth:`_held_elsewhere`).
         """
@@ -86,7 +86,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
                     # The parent settles it: its inline value, else a blob or empty.
                     typed = pinline.get(channel)
                 else:
-                    typed = fallback(channel) if fallback is not None else None
+                    typed = passed.get(channel) if passed is not None else None
                     if typed is None and channel not in delta:
                         unsettled[channel] = channel_versions[channel]
                 if typed is not None:

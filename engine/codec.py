@@ -30,7 +30,6 @@ tag   body
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
 from typing import Any, Final, NamedTuple, Protocol
 
 import ormsgpack
@@ -275,7 +274,6 @@ class RecordCodec:
         self.compressor: Compressor = compressor or ZstdCompressor()
         self.dictionaries: dict[int, bytes] = {}
         self.active_dictionary: int | None = None
-        self.dictionary_loader: Callable[[int], bytes | None] | None = None
         self._samples: list[bytes] = []
         self._sample_bytes = 0
 
@@ -342,10 +340,6 @@ class RecordCodec:
 
     def _dictionary(self, dict_id: int) -> bytes:
         found = self.dictionaries.get(dict_id)
-        if found is None and self.dictionary_loader is not None:
-            found = self.dictionary_loader(dict_id)
-            if found is not None:
-                self.dictionaries[dict_id] = found
         if found is None:
             raise ValueError(f"dictionary {dict_id} is not in this store")
         return found

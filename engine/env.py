@@ -191,6 +191,7 @@ class Environment(EnvironmentBase):
         try:
             txn = self._begin(write=False)
             try:
+                self._hand_dictionaries(txn)
                 yield ReadTxn(self, txn)
             except lmdb.Error as exc:
                 raise translate_error(exc, self.path) from exc
@@ -254,6 +255,7 @@ class Environment(EnvironmentBase):
             self.memo.begin_write(txn_id)
             wtxns: list[WriteTxn] = []
             try:
+                self._hand_dictionaries(txn)
                 failed = None
                 started = time.perf_counter()
                 for req in pending:
@@ -332,11 +334,21 @@ class Environment(EnvironmentBase):
                 self._train_dictionary()
             return
 
-    def _load_dictionary(self, dict_id: int) -> bytes | None:
-        """A dictionary another process trained after this one opened the store."""
-        with self.read() as r:
-            found = dict(r.dictionaries()).get(dict_id)
-        return found
+    def _hand_dictionaries(self, txn: Any) -> None:
+        """Hand the codec the store's record dictionary once one is stored.
+
+        A store has at most one dictionary, immutable once written; another
+        process may have trained it after this one opened the store. Until
+        this process knows it, each transaction looks for it (one get), so
+        the codec is given every dictionary a record of this snapshot can name.
+        """
+        if self.codec.dictionaries:
+            return
+        if txn.get(b"dict:1", db=self._dbs.meta) is None:
+            return
+        found = ReadTxn(self, txn).dictionaries()
+        for dict_id, dictionary in found:
+            self.codec.install(dict_id, dictionary, activate=dict_id == found[-1][0])
 
     def _train_dictionary(self) -> None:
         """Train the store's record dictionary from this process's samples and store it.

@@ -147,8 +147,6 @@ class EnvironmentBase:
 
         def _fill_gap(self, level: int) -> None: ...
 
-        def _load_dictionary(self, dict_id: int) -> bytes | None: ...
-
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -387,7 +385,6 @@ class EnvironmentBase:
             dictionaries = r.dictionaries()
         for dict_id, dictionary in dictionaries:
             self.codec.install(dict_id, dictionary, activate=dict_id == dictionaries[-1][0])
-        self.codec.dictionary_loader = self._load_dictionary
         if version != keys.FORMAT_VERSION and not self.readonly:
             version = self._migrate()
         self._names_crc = version >= NAMES_CRC_FORMAT

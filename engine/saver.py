@@ -665,13 +665,14 @@ class DeltaLogSaver(
         # is held instead, else the value a record holding that version has.
         # Scalars are immutable: keeping references is a snapshot.
         carry = [c for c in versions if c not in new_versions]
-        passed = {c: values[c] for c in carry if c in values and type(values[c]) in _SCALARS}
-
-        def fallback(channel: str) -> Typed | None:
-            if channel not in passed:
-                return None
-            typed = self._dumps(passed[channel], f"channel {channel!r}")
-            return typed if len(typed[1]) <= INLINE_MAX else None
+        # Serialized here, before the transaction (the storage layer never calls
+        # back into the serde): a few small scalars at most.
+        passed: dict[str, Typed] = {}
+        for c in carry:
+            if c in values and type(values[c]) in _SCALARS:
+                typed = self._dumps(values[c], f"channel {c!r}")
+                if len(typed[1]) <= INLINE_MAX:
+                    passed[c] = typed
 
         def op(w: WriteTxn) -> None:
             w.put_checkpoint(
@@ -687,7 +688,7 @@ class DeltaLogSaver(
                 delta=delta,
                 inline=inline,
                 carry=carry,
-                fallback=fallback,
+                passed=passed,
             )
 
         return op, _config(thread_id, checkpoint_ns, checkpoint_id)

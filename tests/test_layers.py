@@ -107,12 +107,7 @@ KNOWN_UPWARD_IMPORTS: frozenset[tuple[str, str]] = frozenset()
 # module and the callback's name, and fails once the name is gone (issue 16:
 # "No upward calls: everything is serialized before a write transaction
 # begins; the codec is handed its dictionaries, it does not fetch them").
-KNOWN_UPWARD_CALLS: dict[tuple[str, str], str] = {
-    # issue 16: the codec calls the store to fetch a compression dictionary.
-    ("deltalog.engine.codec", "dictionary_loader"): "codec -> store",
-    # issue 16: the store calls the saver's serde inside the write transaction.
-    ("deltalog.engine.checkpoint_writes", "fallback"): "store -> saver",
-}
+KNOWN_UPWARD_CALLS: dict[tuple[str, str], str] = {}
 
 
 class Edge(NamedTuple):

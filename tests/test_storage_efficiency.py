@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -211,6 +214,42 @@ def test_record_dictionary_is_trained_stored_and_shared(
         assert other.verify(deep=True).ok
     finally:
         other.close()
+
+
+_TRAINER = """
+import sys
+from deltalog.engine import DeltaLogSaver
+from tests.graphs import cfg, chat_graph, human
+with DeltaLogSaver.from_path(sys.argv[1]) as saver:
+    graph = chat_graph(100).compile(checkpointer=saver)
+    for turn in range(120):
+        graph.invoke({"messages": [human(turn)]}, cfg("t"))
+    assert saver.store.codec.active_dictionary == 1
+"""
+
+
+def test_a_reader_open_before_another_process_trained_the_dictionary_reads_its_records(
+    tmp_path: Path,
+) -> None:
+    """issue 16 (codec handed its dictionaries): a process that opened the store before
+    another process stored the record dictionary reads the records that name it."""
+    path = tmp_path / "s"
+    reader = DeltaLogSaver.from_path(path)
+    try:
+        assert reader.store.codec.dictionaries == {}
+        root = Path(__file__).resolve().parent.parent
+        subprocess.run([sys.executable, "-c", _TRAINER, str(path)], cwd=root, check=True)
+        tags = [raw[0] for _, raw in reader.store.iter_db("checkpoints")]
+        from deltalog.engine.codec import TAG_DICT
+
+        assert tags.count(TAG_DICT) > len(tags) // 4
+        graph = chat_graph(100).compile(checkpointer=reader)
+        messages = graph.get_state(cfg("t")).values["messages"]
+        assert [m.content for m in messages][::2] == [human(t).content for t in range(120)]
+        assert reader.store.codec.dictionaries.keys() == {1}
+        assert reader.verify(deep=True).ok
+    finally:
+        reader.close()
 
 
 def test_no_dictionary_without_compression(make_saver: Callable[..., DeltaLogSaver]) -> None:
