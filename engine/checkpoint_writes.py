@@ -8,6 +8,7 @@ from typing import Any, Final
 from deltalog.engine import keys
 from deltalog.engine.blobs import BlobWrites
 from deltalog.engine.envelope import (
+    CheckpointEnvelope,
     parent_in,
 )
 from deltalog.engine.errors import (
@@ -105,24 +106,22 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             self.memo_groups.add((t, n))
             old = self.txn.get(key, db=self.dbs.checkpoints)
             if old is not None:
-                old_run = self.codec.decode(old, f"checkpoints/{key.hex()}")[7]
+                where = f"checkpoints/{key.hex()}"
+                old_run = CheckpointEnvelope.unpack(self.codec.decode(old, where), where).run_id
                 if old_run is not None and old_run != run_id:
                     run_key = keys.run_key(keys.encode_run(old_run), t, n, cid)
                     self.txn.delete(run_key, db=self.dbs.runs)
-        record: list[Any] = [
+        record = CheckpointEnvelope(
             parent_in(parent_id),
             channel_versions,
-            checkpoint[0],
-            checkpoint[1],
-            metadata[0],
-            metadata[1],
+            checkpoint,
+            metadata,
             flags,
             run_id,
             list(delta),
-        ]
-        if held:
-            record.append({c: list(typed) for c, typed in held.items()})
-        self.txn.put(key, self.codec.encode(record), db=self.dbs.checkpoints)
+            {c: list(typed) for c, typed in held.items()},
+        )
+        self.txn.put(key, self.codec.encode(record.pack()), db=self.dbs.checkpoints)
         if run_id is not None:
             self.txn.put(keys.run_key(keys.encode_run(run_id), t, n, cid), b"", db=self.dbs.runs)
 

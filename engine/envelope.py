@@ -2,10 +2,13 @@
 
 Records (ormsgpack lists, framed by :mod:`deltalog.engine.codec`):
 
-* checkpoint: ``[parent_id, channel_versions, ckpt_type, ckpt_bytes,
-  meta_type, meta_bytes, flags, run_id, delta_channels, inline]`` — ``flags`` bit 0 =
-  hidden (kept only for a delta chain, not listed); ``inline`` (format 3) holds
-  scalar values of at most :data:`INLINE_MAX` serialized bytes.
+* checkpoint: :class:`CheckpointEnvelope` — ``[parent_id, channel_versions,
+  ckpt_type, ckpt_bytes, meta_type, meta_bytes, flags, run_id]`` (format 1),
+  then ``delta_channels`` (format 2), then ``inline`` (format 3, only when it
+  holds a value). ``flags`` bit 0 = hidden (kept only for a delta chain, not
+  listed); ``inline`` holds scalar values of at most :data:`INLINE_MAX`
+  serialized bytes. The field positions (``PARENT`` … ``INLINE``) are named
+  here; the hot read path (an envelope's parent and versions) indexes with them.
 * write: the channel's ``uid`` followed by the framed ``[type, bytes]`` — the
   prefix lets a walk skip other channels' writes with a short bytes compare.
 * blob: framed ``[type, bytes]``. Empty channel versions store nothing.
@@ -13,7 +16,7 @@ Records (ormsgpack lists, framed by :mod:`deltalog.engine.codec`):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import ormsgpack
@@ -22,10 +25,7 @@ from deltalog.engine.errors import (
     CorruptRecordError,
     FormatVersionError,
 )
-from deltalog.engine.store_rows import (
-    StoredValue,
-    Version,
-)
+from deltalog.engine.store_rows import FLAG_HIDDEN, StoredValue, Typed, Version
 
 # Scalar channel values (None, bool, int, float, str) serialized to at most this
 # many bytes are stored inside each checkpoint record that has them (format 3),
@@ -33,6 +33,82 @@ from deltalog.engine.store_rows import (
 # on a read. A value is copied into every checkpoint while unchanged; the bound
 # caps that copy (PostgresSaver, which holds primitives the same way, has none).
 INLINE_MAX: Final = 512
+
+
+# Positions of the checkpoint record's fields (see CheckpointEnvelope).
+PARENT, VERSIONS, CKPT_TYPE, CKPT_BYTES, META_TYPE, META_BYTES, FLAGS, RUN_ID = range(8)
+DELTA: Final = 8  # format 2
+INLINE: Final = 9  # format 3
+_FORMAT_1_FIELDS: Final = 8
+
+
+@dataclass(slots=True)
+class CheckpointEnvelope:
+    """A checkpoint record's fields, by name; :meth:`pack` and :meth:`unpack` are the
+    only code that knows their order (every format: 1 has no ``delta``, 1–2 no ``inline``)."""
+
+    parent: bytes | None
+    """The parent's encoded id (:func:`parent_in`), or None."""
+    versions: dict[str, Version]
+    checkpoint: Typed
+    metadata: Typed
+    flags: int = 0
+    run_id: str | None = None
+    delta: list[str] = field(default_factory=list)
+    inline: dict[str, list[Any]] = field(default_factory=dict)
+
+    def pack(self) -> list[Any]:
+        """The record as stored (current format): ``inline`` only when it holds a value."""
+        rec: list[Any] = [
+            self.parent,
+            self.versions,
+            self.checkpoint[0],
+            self.checkpoint[1],
+            self.metadata[0],
+            self.metadata[1],
+            self.flags,
+            self.run_id,
+            list(self.delta),
+        ]
+        if self.inline:
+            rec.append(self.inline)
+        return rec
+
+    @classmethod
+    def unpack(cls, rec: Any, where: str) -> CheckpointEnvelope:
+        """A decoded record of any format, shape-checked.
+
+        Raises:
+            CorruptRecordError: ``rec`` is not a checkpoint record (naming ``where``).
+        """
+        try:
+            if not isinstance(rec, list) or len(rec) < _FORMAT_1_FIELDS:
+                raise ValueError(
+                    f"{type(rec).__name__} of {len(rec) if isinstance(rec, list) else '?'} fields"
+                )
+            parent, versions, ctype, cbytes, mtype, mbytes, flags, run_id = rec[:_FORMAT_1_FIELDS]
+            if not isinstance(versions, dict) or type(flags) is not int:
+                raise ValueError("no versions map or flags")
+            delta = rec[DELTA] if len(rec) > DELTA else []
+            if not isinstance(delta, list):
+                raise ValueError("delta channels are not a list")
+        except ValueError as exc:
+            raise CorruptRecordError(
+                f"record {where} has an unexpected shape ({exc}); run `deltalog verify`"
+            ) from exc
+        return cls(
+            parent, versions, (ctype, cbytes), (mtype, mbytes), flags, run_id, delta, inline_of(rec)
+        )
+
+    @property
+    def parent_id(self) -> str | None:
+        """The parent's checkpoint id (:func:`parent_out`)."""
+        return parent_out(self.parent)
+
+    @property
+    def hidden(self) -> bool:
+        """Kept only for a delta chain: not listed."""
+        return bool(self.flags & FLAG_HIDDEN)
 
 
 @dataclass
@@ -47,24 +123,24 @@ class RawNode:
 
     @classmethod
     def of(cls, rec: Any, key: bytes, extra_delta: frozenset[str]) -> RawNode:
-        versions: dict[str, Version] = rec[1]
-        delta = (frozenset(rec[8]) if len(rec) > 8 else frozenset()) | extra_delta
+        versions: dict[str, Version] = rec[VERSIONS]
+        delta = (frozenset(rec[DELTA]) if len(rec) > DELTA else frozenset()) | extra_delta
         return cls(
             keys.decode_checkpoint_key(key)[2],
-            parent_out(rec[0]),
+            parent_out(rec[PARENT]),
             versions,
             frozenset(c for c in delta if c in versions),
-            rec[6],
-            rec[7],
+            rec[FLAGS],
+            rec[RUN_ID],
             frozenset(c for c in inline_of(rec) if c in versions),
         )
 
 
 def inline_of(rec: Any) -> dict[str, Any]:
     """The values a checkpoint record holds itself (format 3): channel → [type, bytes]."""
-    if len(rec) <= 9:
+    if len(rec) <= INLINE:
         return {}
-    held = rec[9]
+    held = rec[INLINE]
     if not isinstance(held, dict) or not all(
         isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) and isinstance(v[1], bytes)
         for v in held.values()

@@ -9,13 +9,12 @@ import ormsgpack
 from deltalog.engine import keys
 from deltalog.engine.core import Plan
 from deltalog.engine.envelope import (
+    CheckpointEnvelope,
     inline_of,
-    parent_out,
     split_write_value,
 )
 from deltalog.engine.history import HistoryReads
 from deltalog.engine.store_rows import (
-    FLAG_HIDDEN,
     ThreadSummary,
     Version,
 )
@@ -106,16 +105,10 @@ class QueryReads(HistoryReads):
         thread, from the record envelopes alone (no value is read or deserialized)."""
         out: list[tuple[str, str, str | None, bool]] = []
         for key, raw in self.iter_checkpoint_keys(keys.thread_prefix(t), start=None, reverse=False):
-            rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
+            where = f"checkpoints/{key.hex()}"
+            env = CheckpointEnvelope.unpack(self.codec.decode(raw, where), where)
             _, n, cid = keys.decode_checkpoint_key(key)
-            out.append(
-                (
-                    self.name_of(keys.KIND_NS, n),
-                    cid,
-                    parent_out(rec[0]),
-                    bool(rec[6] & FLAG_HIDDEN),
-                )
-            )
+            out.append((self.name_of(keys.KIND_NS, n), cid, env.parent_id, env.hidden))
         return out
 
     def thread_summaries(self) -> list[ThreadSummary]:
@@ -209,23 +202,24 @@ class QueryReads(HistoryReads):
             }
 
         for key, raw in self.iter_checkpoint_keys(prefix, start=None, reverse=False):
-            rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
+            where = f"checkpoints/{key.hex()}"
+            env = CheckpointEnvelope.unpack(self.codec.decode(raw, where), where)
             _, n, cid = keys.decode_checkpoint_key(key)
-            for channel, typed in inline_of(rec).items():
-                if channel in rec[1]:
-                    held.setdefault((n, channel, rec[1][channel]), typed)
+            for channel, typed in env.inline.items():
+                if channel in env.versions:
+                    held.setdefault((n, channel, env.versions[channel]), typed)
             yield {
                 "kind": "checkpoint",
                 "thread_id": thread_id,
                 "checkpoint_ns": self.name_of(keys.KIND_NS, n),
                 "checkpoint_id": cid,
-                "parent_id": parent_out(rec[0]),
-                "channel_versions": rec[1],
-                "checkpoint": [rec[2], rec[3]],
-                "metadata": [rec[4], rec[5]],
-                "flags": rec[6],
-                "run_id": rec[7],
-                "delta": list(rec[8]) if len(rec) > 8 else [],
+                "parent_id": env.parent_id,
+                "channel_versions": env.versions,
+                "checkpoint": list(env.checkpoint),
+                "metadata": list(env.metadata),
+                "flags": env.flags,
+                "run_id": env.run_id,
+                "delta": list(env.delta),
             }
         cur = self.txn.cursor(db=self.dbs.blobs)
         ok = cur.set_range(prefix)

@@ -10,6 +10,7 @@ from deltalog.engine import keys
 from deltalog.engine.checkpoint_writes import CheckpointWrites
 from deltalog.engine.core import Plan
 from deltalog.engine.envelope import (
+    CheckpointEnvelope,
     parent_in,
 )
 from deltalog.engine.errors import (
@@ -79,14 +80,15 @@ class ThreadWrites(CheckpointWrites):
             raw = self.txn.get(key, db=self.dbs.checkpoints)
             if raw is None:
                 continue
-            rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
+            where = f"checkpoints/{key.hex()}"
+            env = CheckpointEnvelope.unpack(self.codec.decode(raw, where), where)
             if cid in plan.hide:
-                rec[6] |= FLAG_HIDDEN
+                env.flags |= FLAG_HIDDEN
             if cid in plan.unhide:
-                rec[6] &= ~FLAG_HIDDEN
+                env.flags &= ~FLAG_HIDDEN
             if cid in plan.relink:
-                rec[0] = parent_in(plan.relink[cid])
-            self.txn.put(key, self.codec.encode(rec), db=self.dbs.checkpoints)
+                env.parent = parent_in(plan.relink[cid])
+            self.txn.put(key, self.codec.encode(env.pack()), db=self.dbs.checkpoints)
         for key in doomed:
             self.txn.delete(key, db=self.dbs.blobs)
         removed["seeds"] = len(seeds)

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any, Final
 import ormsgpack
 from deltalog.engine import keys
 from deltalog.engine.envelope import (
+    PARENT,
+    VERSIONS,
+    CheckpointEnvelope,
     inline_of,
-    parent_out,
     read_format_version,
     split_write_value,
 )
@@ -154,26 +156,23 @@ class TxnBase:
     # -- checkpoints -------------------------------------------------------------
 
     def _decode_checkpoint(self, t: int, n: int, key: bytes, raw: bytes) -> CheckpointRow:
-        rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
+        where = f"checkpoints/{key.hex()}"
+        env = CheckpointEnvelope.unpack(self.codec.decode(raw, where), where)
         try:
-            parent, versions, ctype, cbytes, mtype, mbytes, flags, run_id = rec[:8]
             _, _, cid = keys.decode_checkpoint_key(key)
         except Exception as exc:
-            raise CorruptRecordError(
-                f"record checkpoints/{key.hex()} has an unexpected shape ({exc}); "
-                "run `deltalog verify`"
-            ) from exc
+            raise CorruptRecordError(f"key {where} cannot be decoded ({exc})") from exc
         return CheckpointRow(
             thread_id=self.name_of(keys.KIND_THREAD, t),
             checkpoint_ns=self.name_of(keys.KIND_NS, n),
             checkpoint_id=cid,
-            parent_id=parent_out(parent),
-            channel_versions=versions,
-            checkpoint=(ctype, cbytes),
-            metadata=(mtype, mbytes),
-            flags=flags,
-            run_id=run_id,
-            inline=inline_of(rec),
+            parent_id=env.parent_id,
+            channel_versions=env.versions,
+            checkpoint=env.checkpoint,
+            metadata=env.metadata,
+            flags=env.flags,
+            run_id=env.run_id,
+            inline=env.inline,
         )
 
     def _envelope(self, key: bytes, raw: bytes) -> tuple[Any, dict[str, Version], dict[str, Any]]:
@@ -183,11 +182,11 @@ class TxnBase:
         cached = envelopes.get(raw)
         if cached is None:
             rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
-            if len(rec) < 2 or not isinstance(rec[1], dict):
+            if len(rec) <= VERSIONS or not isinstance(rec[VERSIONS], dict):
                 raise CorruptRecordError(
                     f"record checkpoints/{key.hex()} has an unexpected shape (no versions map)"
                 )
-            cached = envelopes.put(raw, (rec[0], rec[1], inline_of(rec)))
+            cached = envelopes.put(raw, (rec[PARENT], rec[VERSIONS], inline_of(rec)))
         return cached
 
     def latest_key(self, t: int, n: int) -> bytes | None:
