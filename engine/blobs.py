@@ -7,11 +7,12 @@ a delta may also take the channel's recent writes as its dictionary.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 from deltalog.engine import keys
 from deltalog.engine.codec import DeltaHeader, WriteDict
+from deltalog.engine.core import skip_base
 from deltalog.engine.envelope import (
     inline_value,
     split_write_value,
@@ -331,21 +332,15 @@ class BlobWrites(WriteBase, BlobReads):
     def _skip_delta_base(
         self, cur: Any, key: bytes, prefix: bytes
     ) -> tuple[bytes, bytes, int] | None:
-        """(base key, base record, new version's index) for a new blob at ``key``.
+        """(base key, base record, new version's index) for a new blob at ``key``: the
+        channel's stored versions, newest first, given to :func:`~deltalog.engine.core.skip_base`."""
 
-        The index counts stored versions since the last full record (which has
-        index 0). The base is the nearest earlier version whose index is at most
-        the new index with its lowest set bit cleared.
-        """
-        found = cur.prev() if cur.set_range(key) else cur.last()
-        if not found or not cur.key().startswith(prefix):
-            return None
-        info = self.codec.delta_info(cur.value(), f"blobs/{cur.key().hex()}")
-        seq = (0 if info is None else info[1]) + 1
-        target = seq & (seq - 1)
-        while True:
-            if info is None or info[1] <= target:
-                return cur.key(), cur.value(), seq
-            if not cur.prev() or not cur.key().startswith(prefix):
-                return None
-            info = self.codec.delta_info(cur.value(), f"blobs/{cur.key().hex()}")
+        def newest_first() -> Iterator[int]:  # leaves the cursor on the last index given
+            ok = cur.prev() if cur.set_range(key) else cur.last()
+            while ok and cur.key().startswith(prefix):
+                info = self.codec.delta_info(cur.value(), f"blobs/{cur.key().hex()}")
+                yield 0 if info is None else info[1]
+                ok = cur.prev()
+
+        found = skip_base(newest_first())
+        return None if found is None else (cur.key(), cur.value(), found[1])

@@ -22,6 +22,7 @@ __all__ = [
     "parent_cycles",
     "plan_delete",
     "plan_keep",
+    "skip_base",
 ]
 
 
@@ -99,6 +100,43 @@ class DeltaWalk:
                 ordered.extend(rows)
             out[channel] = (self._seeds.get(channel), ordered)
         return out
+
+
+def skip_base(indices: Iterable[int]) -> tuple[int, int] | None:
+    """Where a new delta blob's base is, among a channel's stored versions (skip deltas).
+
+    A version's index counts stored versions since the last full record
+    (index 0). The new version gets the newest index plus one, and its base is
+    the nearest earlier version whose index is at most that index with its
+    lowest set bit cleared: chains stay near log2(versions) links long.
+
+    Args:
+        indices: The indices of the channel's stored versions, newest first.
+            Consumed lazily: it is read only as far as the base.
+
+    Returns:
+        (how many versions back the base is, 0 being the newest; the new
+        version's index), or None when there is no stored version or the base
+        is missing (the versions ran out first).
+
+    >>> skip_base([3, 2, 1, 0])  # new index 4: the base is the full record
+    (3, 4)
+    >>> skip_base([0])
+    (0, 1)
+    """
+    it = iter(indices)
+    index = next(it, None)
+    if index is None:
+        return None
+    seq = index + 1
+    target = seq & (seq - 1)
+    steps = 0
+    while index > target:
+        index = next(it, None)
+        if index is None:
+            return None
+        steps += 1
+    return steps, seq
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,143 @@
+"""The pure core fed plain data: the walk step, the skip-delta base choice, plans (issue 16)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from deltalog.engine.core import (
+    DeltaWalk,
+    Node,
+    delta_chains,
+    parent_cycles,
+    plan_delete,
+    plan_keep,
+    skip_base,
+)
+from deltalog.engine.store_rows import StoredValue, WriteRow
+
+
+def w(channel: str, payload: bytes) -> WriteRow:
+    return WriteRow("task", channel, ("msgpack", payload), "", 0)
+
+
+def seed(tag: bytes) -> StoredValue:
+    return StoredValue(tag, f"blobs/{tag.hex()}", ("msgpack", tag))
+
+
+def test_the_walk_stops_each_channel_at_its_seed_and_orders_writes_oldest_first() -> None:
+    """R6: ancestors fed nearest first; a channel ends at its first seed, whose writes count."""
+    walk = DeltaWalk(("a", "b"))
+    walk.visit([w("a", b"a3"), w("b", b"b3"), w("c", b"c3")], {})
+    walk.visit([w("a", b"a2")], {"b": seed(b"B")})
+    assert walk.remaining == {"a"} and not walk.done
+    walk.visit([w("a", b"a1"), w("b", b"ignored")], {})
+    assert walk.result() == {
+        "a": (None, [w("a", b"a1"), w("a", b"a2"), w("a", b"a3")]),
+        "b": (seed(b"B"), [w("b", b"b3")]),
+    }
+
+
+def test_adopting_a_known_history_puts_its_writes_first() -> None:
+    """The memo's shortcut: a remembered history of the last ancestor finishes the channel."""
+    walk = DeltaWalk(("a",))
+    walk.visit([w("a", b"new")], {})
+    walk.adopt("a", seed(b"S"), [w("a", b"old1"), w("a", b"old2")])
+    assert walk.done
+    assert walk.result() == {"a": (seed(b"S"), [w("a", b"old1"), w("a", b"old2"), w("a", b"new")])}
+
+
+def chain_links(n: int) -> list[int]:
+    """Links a read of each of n versions resolves, choosing bases with skip_base."""
+    indices: list[int] = []
+    base_of: list[int | None] = []
+    for _ in range(n):
+        found = skip_base(reversed(indices))
+        if found is None:
+            indices.append(0)
+            base_of.append(None)
+        else:
+            steps, seq = found
+            base_of.append(len(indices) - 1 - steps)
+            indices.append(seq)
+    links = []
+    for v in range(n):
+        k, b = 0, base_of[v]
+        while b is not None:
+            k, b = k + 1, base_of[b]
+        links.append(k)
+    return links
+
+
+def test_skip_deltas_keep_every_chain_near_log2_of_the_versions() -> None:
+    """The base choice: no chain longer than log2(versions) + 1 links, plain ints in."""
+    links = chain_links(1000)
+    assert links[0] == 0 and links[1] == 1
+    assert max(links) <= math.log2(1000) + 1
+    assert max(links) >= math.log2(1000) - 1  # a delta chain, not full records
+
+
+def test_skip_base_reads_only_as_far_as_the_base() -> None:
+    """The indices are consumed lazily (the storage side walks a cursor)."""
+    seen: list[int] = []
+
+    def lazy() -> Iterator[int]:
+        for i in [5, 4, 3, 2, 1, 0]:
+            seen.append(i)
+            yield i
+
+    assert skip_base(lazy()) == (1, 6)  # new index 6: base index 4, one version back
+    assert seen == [5, 4]
+    assert skip_base([7, 6, 5, 4, 3, 2, 1, 0]) == (7, 8)
+    assert skip_base([]) is None
+    assert skip_base([3, 2]) is None  # new index 4 wants the full record: missing
+
+
+def nodes(*rows: tuple[str, str | None, str, str]) -> dict[str, Node]:
+    """(id, parent, delta channels, seeded channels) rows as Nodes."""
+    return {
+        cid: Node(cid, parent, frozenset(delta), frozenset(seeded))
+        for cid, parent, delta, seeded in rows
+    }
+
+
+CHAIN = nodes(
+    ("1", None, "", "m"),
+    ("2", "1", "m", ""),
+    ("3", "2", "m", ""),
+    ("4", "3", "m", "m"),
+    ("5", "4", "m", ""),
+)
+
+
+def test_chains_reach_back_to_the_seed() -> None:
+    """R7: a kept checkpoint needs every ancestor up to (and with) the nearest seed."""
+    assert delta_chains(CHAIN, ["5"]).required == {"5", "4"}
+    assert delta_chains(CHAIN, ["3"]).required == {"3", "2", "1"}
+    broken = delta_chains({k: v for k, v in CHAIN.items() if k != "1"}, ["3"])
+    assert broken.broken == {("3", "m"): "1"}
+
+
+def test_plan_keep_deletes_what_no_kept_chain_needs_and_hides_the_rest() -> None:
+    """A prune that keeps 5 drops 1-3, keeps 4 (its seed) hidden."""
+    plan = plan_keep(CHAIN, {"5"})
+    assert plan.delete == {"1", "2", "3"}
+    assert plan.hide == {"4"}
+    reseeded = plan_keep(CHAIN, {"5"}, reseed=frozenset({"m"}))
+    assert reseeded.seeds == {"5": {"m"}} and reseeded.delete == {"1", "2", "3", "4"}
+
+
+def test_plan_delete_reseeds_a_crossing_or_reports_it() -> None:
+    """Deleting 4 (a run): 5 replays through it, so 5 is re-seeded, or the crossing returned."""
+    plan, unresolved = plan_delete(CHAIN, {"4"}, reseed=frozenset({"m"}))
+    assert plan.delete == {"4"} and plan.seeds == {"5": {"m"}} and unresolved == {}
+    assert plan.relink == {"5": "3"}
+    _, unresolved = plan_delete(CHAIN, {"4"})
+    assert unresolved == {("5", "m"): "5"}
+
+
+def test_parent_cycles_are_found_once_from_their_smallest_id() -> None:
+    """R11: each loop once; roots and missing parents end a chain."""
+    assert parent_cycles({"a": None, "b": "a"}) == []
+    assert parent_cycles({"b": "c", "c": "b", "d": "b", "e": "e"}) == [["b", "c"], ["e"]]
+    assert parent_cycles({"x": "gone"}) == []
