@@ -304,6 +304,7 @@ class BlobWrites(WriteBase, BlobReads):
         interned id) limits the scan to that channel's blobs. Returns how many
         were rewritten.
         """
+        self.memo_everything = True
         doomed = set(doomed)
         prefix = keys.ns_prefix(t, n) if channel is None else keys.blob_prefix(t, n, channel)
         rewrite: list[tuple[bytes, DeltaHeader, Typed, bool]] = []

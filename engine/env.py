@@ -216,11 +216,13 @@ class Environment(EnvironmentBase):
         write is as durable as with one commit each. ``op`` may run more than
         once (map growth retries it) and must only touch the transaction.
 
-        ``history_safe`` declares that ``op`` changes records only through
-        :meth:`WriteTxn.put_checkpoint`, :meth:`WriteTxn.put_writes` and
+        ``history_safe`` declares that ``op`` is short and changes records only
+        through :meth:`WriteTxn.put_checkpoint`, :meth:`WriteTxn.put_writes` and
         :meth:`WriteTxn.put_blob`, which report what they may change to the
-        history memo. Any other op (deletion, maintenance, raw puts) makes the
-        commit count as changing every remembered history.
+        history memo. It is a hint, never what the memo's exactness rests on:
+        every other mutation of the transaction (deletion, maintenance, raw
+        puts) marks the commit as changing every remembered history, declared
+        or not; an op not declared history-safe counts so too.
         """
         self._check_writable()
         return self.commits.write(op, history_safe=history_safe)
@@ -296,7 +298,8 @@ class Environment(EnvironmentBase):
                 self.memo.before_commit(
                     txn_id,
                     groups=[g for w in wtxns for g in w.memo_groups],
-                    everything=not all(req.history_safe for req in pending),
+                    everything=any(w.memo_everything for w in wtxns)
+                    or not all(req.history_safe for req in pending),
                     new_blobs=[b for w in wtxns for b in w.memo_blobs],
                 )
                 if before_commit is not None:

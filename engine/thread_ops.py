@@ -35,6 +35,7 @@ class ThreadWrites(CheckpointWrites):
 
         Blobs are shared between checkpoints and are collected separately.
         """
+        self.memo_everything = True
         cid = keys.encode_id(checkpoint_id)
         key = keys.checkpoint_key(t, n, cid)
         self.txn.delete(key, db=self.dbs.checkpoints)
@@ -58,6 +59,7 @@ class ThreadWrites(CheckpointWrites):
         Seeds are written first, then checkpoints are deleted, hidden,
         unhidden or re-linked, then blobs nobody references are collected.
         """
+        self.memo_everything = True
         # Seeds go to versions kept checkpoints reference and deletions touch no
         # blob key, so the unreferenced blobs can be found once, up front.
         doomed = self.doomed_blobs(t, n, plan, versions)
@@ -104,6 +106,7 @@ class ThreadWrites(CheckpointWrites):
         Raises:
             ThreadExistsError: The target already has rows.
         """
+        self.memo_everything = True
         s = self.name_id(keys.KIND_THREAD, source)
         if s is None or not self.has_thread_rows(s):
             return None
@@ -172,6 +175,7 @@ class ThreadWrites(CheckpointWrites):
         Raises:
             ThreadExistsError: A thread in the stream already has checkpoints here.
         """
+        self.memo_everything = True
         counts = {"threads": 0, "checkpoints": 0, "blobs": 0, "writes": 0}
         lines = first_lines or {}
         for thread_id in dict.fromkeys(rec["thread_id"] for rec in records):
@@ -222,6 +226,7 @@ class ThreadWrites(CheckpointWrites):
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, write, blob and run entry of a thread."""
+        self.memo_everything = True
         t = self.name_id(keys.KIND_THREAD, thread_id)
         if t is None:
             return

@@ -309,6 +309,10 @@ class WriteBase(TxnBase):
         # the history memo before the commit, see Environment._run_batch).
         self.memo_groups: set[tuple[int, int]] = set()
         self.memo_blobs: list[tuple[int, int, bytes]] = []
+        # Set by every mutation other than putting checkpoints, writes and new
+        # blobs (which report what they change above): the commit then counts as
+        # changing every remembered history, whatever the op declared.
+        self.memo_everything = False
 
     def name_id(self, kind: bytes, name: str) -> int | None:
         hit = self.new_names.get((kind, name))
@@ -359,10 +363,12 @@ class WriteBase(TxnBase):
     def put_raw(self, db: Any, key: bytes, value: bytes) -> None:
         """Put bytes as given, bypassing the codec (fault-injection tests plant
         damaged records through the store's own transaction with it)."""
+        self.memo_everything = True
         self.txn.put(key, value, db=db)
 
     def delete_prefix(self, db: Any, prefix: bytes) -> int:
         """Delete every key starting with ``prefix``; return how many."""
+        self.memo_everything = True
         cur = self.txn.cursor(db=db)
         count = 0
         ok = cur.set_range(prefix)

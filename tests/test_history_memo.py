@@ -326,6 +326,30 @@ def test_a_seed_stored_later_for_an_ancestor_version(
     assert message_ids(history) == ["seed", "a"]
 
 
+def test_a_deletion_declared_history_safe_still_invalidates_the_memo(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """issue 16: the memo's exactness does not rest on the caller's ``history_safe`` flag:
+    an op that declares it and deletes an ancestor's writes anyway leaves no stale history."""
+    saver = make_saver()
+    _put(saver, 1, None, "1")
+    _write(saver, 1, "r")
+    _put(saver, 2, 1, "2")
+    _write(saver, 2, "a")
+    _put(saver, 3, 2, "3")
+    for _ in range(2):
+        assert message_ids(assert_same(saver, at("t", _id(3)))) == ["r", "a"]
+    assert saver.store.memo.hits > 0
+    with saver.store.read() as r:
+        ids = r.ids("t", "")
+    assert ids is not None
+    ancestor = keys.checkpoint_key(*ids, keys.encode_id(_id(2)))
+    saver.store.write(
+        lambda w: w.delete_prefix(saver.store.db("writes"), ancestor), history_safe=True
+    )
+    assert message_ids(assert_same(saver, at("t", _id(3)))) == ["r"]
+
+
 def test_overwritten_and_late_inserted_checkpoints(
     make_saver: Callable[..., DeltaLogSaver],
 ) -> None:
