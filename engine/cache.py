@@ -35,11 +35,13 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass, fields
 from typing import Any, Generic, TypeVar
 
 from deltalog.engine.errors import OptionError
 
 __all__ = [
+    "CachePolicy",
     "DecodedCache",
     "EnvelopeCache",
     "GrowingBudget",
@@ -216,6 +218,45 @@ class DecodedCache:
             self._entries.clear()
             self._seen.clear()
             self.size = 0
+
+
+@dataclass(frozen=True)
+class CachePolicy:
+    """Every cache budget of one environment and its savers, in one place.
+
+    An :class:`~deltalog.engine.env.Environment` builds its caches from one
+    policy (``Environment(caches=...)``); a saver's decoded-value cache takes
+    :attr:`decoded_bytes` unless ``cache_bytes`` is given. Byte budgets are caps
+    of a :class:`GrowingBudget` (they start at 4 MiB and grow with the
+    workload); entry budgets are fixed. docs/operations.md ("Memory") says
+    what each one holds.
+
+    Raises:
+        OptionError: A budget is not an int, or out of range (naming it).
+    """
+
+    decoded_bytes: int = 64 * 1024**2
+    """Decoded channel values, per saver (:class:`DecodedCache`); 0 turns it off."""
+    payload_bytes: int = 64 * 1024**2
+    """Resolved blob payloads (:class:`PayloadCache`)."""
+    envelope_entries: int = 50_000
+    """Checkpoint record envelopes (:class:`EnvelopeCache`)."""
+    name_entries: int = 16_384
+    """Interned names, each way (:class:`NameCache`); at least 1."""
+    memo_entries: int = 4096
+    """Remembered delta histories (:class:`~deltalog.engine.memo.HistoryMemo`); 0 turns it off."""
+    memo_bytes: int = 64 * 1024**2
+    """The bytes those histories hold."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            least = 1 if f.name == "name_entries" else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise OptionError(
+                    f"CachePolicy({f.name}={value!r}): need an int >= {least} "
+                    f"(the default is {f.default!r})"
+                )
 
 
 class PayloadCache:

@@ -72,10 +72,13 @@ class Environment(EnvironmentBase):
             (or with none), a store no process has open is read without it.
         max_readers: LMDB reader slots (concurrent read transactions, all
             processes); a read that finds none free waits for one (``READER_WAIT``).
-        delta_blobs: Environment large channel values as deltas of their previous
+        delta_blobs: Store large channel values as deltas of their previous
             version (see :meth:`WriteTxn.put_blob`).
         memo_entries: Delta histories remembered per process (see
             :mod:`deltalog.engine.memo`); 0 turns the history memo off.
+            Overrides ``caches.memo_entries``.
+        caches: The cache budgets (:class:`~deltalog.engine.cache.CachePolicy`;
+            its defaults when None).
     """
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import lmdb
 import ormsgpack
 from deltalog.engine import keys
-from deltalog.engine.cache import EnvelopeCache, NameCache, PayloadCache
+from deltalog.engine.cache import CachePolicy, EnvelopeCache, NameCache, PayloadCache
 from deltalog.engine.codec import RecordCodec
 from deltalog.engine.env_files import (
     check_data_file,
@@ -159,7 +160,8 @@ class EnvironmentBase:
         readonly: bool = False,
         max_readers: int = 126,
         delta_blobs: bool = True,
-        memo_entries: int = 4096,
+        memo_entries: int | None = None,
+        caches: CachePolicy | None = None,
     ) -> None:
         check_sizes(map_size, max_map_size, max_readers)
         self.path = store_folder(path)
@@ -171,11 +173,15 @@ class EnvironmentBase:
         self.readonly = readonly
         self.max_readers = max_readers
         self.delta_blobs = delta_blobs
-        self.payloads = PayloadCache()
-        self.envelopes = EnvelopeCache()
-        self.memo = HistoryMemo(memo_entries)
-        self._name_ids: NameCache[tuple[bytes, str], int] = NameCache()
-        self._names: NameCache[tuple[bytes, int], str] = NameCache()
+        caches = caches if caches is not None else CachePolicy()
+        if memo_entries is not None:
+            caches = dataclasses.replace(caches, memo_entries=memo_entries)
+        self.caches = caches
+        self.payloads = PayloadCache(caches.payload_bytes)
+        self.envelopes = EnvelopeCache(caches.envelope_entries)
+        self.memo = HistoryMemo(caches.memo_entries, caches.memo_bytes)
+        self._name_ids: NameCache[tuple[bytes, str], int] = NameCache(caches.name_entries)
+        self._names: NameCache[tuple[bytes, int], str] = NameCache(caches.name_entries)
         self._names_crc = False
         self._closed = False
         self._open()
