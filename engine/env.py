@@ -288,9 +288,8 @@ class Environment(EnvironmentBase):
                         running.discard(self)
                 if failed is not None:
                     # The ops share one transaction: drop it with what the failed op
-                    # wrote, and run the others again without it. (A nested
-                    # transaction per op avoided the re-run but cost two more LMDB
-                    # calls per op: 10.3-10.9k vs 10.9-11.2k puts/s at 16 threads.)
+                    # wrote, and run the others again without it (a nested
+                    # transaction per op was ~5 % slower: docs/benchmarks.md).
                     txn.abort()
                     pending = [req for req in pending if req is not failed]
                     if not pending:

@@ -54,7 +54,7 @@ class Request(Generic[T]):
         self.notify = notify
         self.wake: threading.Lock | None = None
         # Done thread callers of the same batch to wake after this one, in
-        # turn (see Environment._wake); ``gone``: the caller stopped waiting.
+        # turn (see GroupCommit._wake); ``gone``: the caller stopped waiting.
         self.chain: list[Request[Any]] = []
         self.gone = False
         if notify is None:
@@ -318,20 +318,17 @@ class GroupCommit:
 
         Only callers of committed batches are woken (or notified), and one
         thread caller queued meanwhile (if any) is made the next leader; the
-        other queued callers sleep on. Waking every waiter instead (a
-        condition's ``notify_all``) ran at about three quarters of this put
-        rate at 16 writer threads.
+        other queued callers sleep on (``notify_all`` to every waiter ran at
+        about ¾ of the rate; docs/benchmarks.md, "Design measurements").
 
         When there is a next leader, it wakes this batch's callers, once its
         own ops ran and just before its commit (``_unwoken``), or earlier,
         before an op that may run long (one not ``history_safe``, or once its
         ops ran ``WAKE_AFTER``); with no one queued they are woken at once.
-        py-lmdb releases the GIL in every get, put and seek, so callers woken
-        straight after the commit, busy preparing their next write, took the
-        GIL from the next leader at each of them: its ops ran at 39 µs each
-        instead of 18 (16 writer threads, 9.0k vs 10.3k puts/s). Woken later,
-        they prepare while it waits for fsync, and a returned write is still
-        durable.
+        Callers woken straight after the commit take the GIL from the next
+        leader at each of its LMDB calls (its ops ran at 39 µs instead of 18);
+        woken later, they prepare while it waits for fsync, and a returned
+        write is still durable.
         """
         batch: list[Request[Any]] = []
         unwoken: list[Request[Any]] = []
@@ -369,11 +366,8 @@ class GroupCommit:
         are woken one after another, each woken caller waking the next as soon
         as it runs (:meth:`_wake_next`).
 
-        Woken all at once, they all became runnable together and queued for the
-        GIL: 16 writer threads ran 8.8–11.3k durable puts/s at 93–127 µs of CPU
-        each, against 9.3–11.5k at 85–119 µs woken in turn (alternating, ten
-        pairs of 3 runs of 1.5 s, the first seven on a prototype; woken in
-        turn was faster in nine).
+        Woken all at once they queue for the GIL together: woken in turn was
+        faster in nine of ten paired runs at 16 writer threads.
         """
         threads: list[Request[Any]] = []
         for req in done:
