@@ -101,9 +101,9 @@ class BlobReads(TxnBase):
         if hit is not None:
             return hit
         where = f"blobs/{key.hex()}"
-        head = self.codec.delta_header(raw, where)
+        head = self.codec.delta_header(raw, where, key=key)
         if head is None:
-            rec = self.codec.decode(raw, where)
+            rec = self.codec.decode(raw, where, key=key)
             typed: Typed = (rec[0], rec[1])
         else:
             base_payload = b""
@@ -162,7 +162,7 @@ class BlobReads(TxnBase):
         found, _, record = split_write_value(raw)
         if found != cbytes:
             return None
-        payload: bytes = self.codec.decode(record, f"writes/{key.hex()}", prefix=found)[1]
+        payload: bytes = self.codec.decode(record, f"writes/{key.hex()}", prefix=found, key=key)[1]
         return payload
 
 
@@ -203,7 +203,7 @@ class BlobWrites(WriteBase, BlobReads):
         record: bytes | None = None
         if not (self.store.delta_blobs and len(typed[1]) >= DELTA_MIN):
             # No base to look for: a put that may not overwrite checks for the key.
-            record = self.codec.encode(list(typed))
+            record = self.codec.encode(list(typed), key=key)
             if not self.txn.put(key, record, overwrite=False, db=self.dbs.blobs):
                 return
         else:
@@ -226,14 +226,16 @@ class BlobWrites(WriteBase, BlobReads):
                         keys.ns_prefix(t, n), keys.uid(c), before, min(2 * growth, WRITE_DICT_MAX)
                     )
             if base_ref or writes is not None:
-                record = self.codec.encode_delta(typed, base_payload, base_ref, seq, writes)
+                record = self.codec.encode_delta(
+                    typed, base_payload, base_ref, seq, writes, key=key
+                )
             if record is not None and writes is not None:
                 mark = keys.wdep_key(t, n, c)
                 old = self.txn.get(mark, db=self.dbs.meta)
                 if old is None or bytes(old) < writes.hi:
                     self.txn.put(mark, writes.hi, db=self.dbs.meta)
             if record is None:
-                record = self.codec.encode(list(typed))
+                record = self.codec.encode(list(typed), key=key)
             self.txn.put(key, record, db=self.dbs.blobs)
         self.memo_blobs.append((t, n, key))
         if len(typed[1]) >= DELTA_MIN:
@@ -312,7 +314,11 @@ class BlobWrites(WriteBase, BlobReads):
         ok = cur.set_range(prefix)
         while ok and cur.key().startswith(prefix):
             key, raw = cur.key(), cur.value()
-            head = None if key in doomed else self.codec.delta_header(raw, f"blobs/{key.hex()}")
+            head = (
+                None
+                if key in doomed
+                else self.codec.delta_header(raw, f"blobs/{key.hex()}", key=key)
+            )
             if head is not None:
                 base_gone = bool(head.ref) and keys.blob_base_key(key, head.ref) in doomed
                 span = head.span
@@ -326,8 +332,10 @@ class BlobWrites(WriteBase, BlobReads):
                 base_raw = self.txn.get(base_key, db=self.dbs.blobs)
                 if base_raw is not None:
                     base_payload = self.blob_typed(base_key, base_raw)[1]
-                    record = self.codec.encode_delta(typed, base_payload, head.ref, head.seq)
-            self.txn.put(key, record or self.codec.encode(list(typed)), db=self.dbs.blobs)
+                    record = self.codec.encode_delta(
+                        typed, base_payload, head.ref, head.seq, key=key
+                    )
+            self.txn.put(key, record or self.codec.encode(list(typed), key=key), db=self.dbs.blobs)
         return len(rewrite)
 
     def _skip_delta_base(
@@ -339,7 +347,7 @@ class BlobWrites(WriteBase, BlobReads):
         def newest_first() -> Iterator[int]:  # leaves the cursor on the last index given
             ok = cur.prev() if cur.set_range(key) else cur.last()
             while ok and cur.key().startswith(prefix):
-                info = self.codec.delta_info(cur.value(), f"blobs/{cur.key().hex()}")
+                info = self.codec.delta_info(cur.value(), f"blobs/{cur.key().hex()}", key=cur.key())
                 yield 0 if info is None else info[1]
                 ok = cur.prev()
 

@@ -107,7 +107,9 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             old = self.txn.get(key, db=self.dbs.checkpoints)
             if old is not None:
                 where = f"checkpoints/{key.hex()}"
-                old_run = CheckpointEnvelope.unpack(self.codec.decode(old, where), where).run_id
+                old_run = CheckpointEnvelope.unpack(
+                    self.codec.decode(old, where, key=key), where
+                ).run_id
                 if old_run is not None and old_run != run_id:
                     run_key = keys.run_key(keys.encode_run(old_run), t, n, cid)
                     self.txn.delete(run_key, db=self.dbs.runs)
@@ -121,7 +123,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             list(delta),
             {c: list(typed) for c, typed in held.items()},
         )
-        self.txn.put(key, self.codec.encode(record.pack()), db=self.dbs.checkpoints)
+        self.txn.put(key, self.codec.encode(record.pack(), key=key), db=self.dbs.checkpoints)
         if run_id is not None:
             self.txn.put(keys.run_key(keys.encode_run(run_id), t, n, cid), b"", db=self.dbs.runs)
 
@@ -261,7 +263,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         for key, channel, idx, value in rows:
             c = self.intern(keys.KIND_CHANNEL, channel)
             cbytes = keys.uid(c)
-            raw = cbytes + self.codec.encode(list(value), prefix=cbytes)
+            raw = cbytes + self.codec.encode(list(value), prefix=cbytes, key=key)
             if idx >= 0:
                 # A new write under a checkpoint that a delta blob's write range
                 # covers would change that blob's dictionary: rebase it first.

@@ -4,7 +4,12 @@
 least ``compress_threshold`` bytes → ``tag · body · crc32``. The CRC-32 (4
 bytes, big-endian) covers tag and body: LMDB keeps no checksums, and without
 one about two thirds of single-bit flips in a record still decoded — to wrong
-values. ``decode`` checks the CRC, then runs the steps backwards, and turns
+values. Since format 5 it also covers the record's LMDB key (tag bit
+:data:`KEYED`): a flipped bit in a key that still decodes to another valid
+key — another thread, checkpoint or channel — fails the record's CRC instead
+of moving the record there (issue 15.2). Records written before carry no
+:data:`KEYED` bit and are checked as before until the format-5 migration
+re-frames them (:meth:`RecordCodec.rekey`). ``decode`` checks the CRC, then runs the steps backwards, and turns
 every failure into :class:`CorruptRecordError` naming the record, so garbage on
 disk never surfaces as a msgpack or zstd exception (or a crash, or an
 unbounded allocation).
@@ -36,12 +41,22 @@ import ormsgpack
 import zstandard
 from deltalog.engine.errors import CorruptRecordError, OptionError
 
-__all__ = ["Compressor", "DeltaHeader", "RecordCodec", "WriteDict", "ZstdCompressor"]
+__all__ = [
+    "KEYED",
+    "Compressor",
+    "DeltaHeader",
+    "RecordCodec",
+    "WriteDict",
+    "ZstdCompressor",
+    "rekey",
+]
 
 TAG_PLAIN: Final = 0x00
 TAG_ZSTD: Final = 0x01
 TAG_DELTA: Final = 0x02
 TAG_DICT: Final = 0x03
+#: Tag bit (format 5): the record's CRC also covers its LMDB key.
+KEYED: Final = 0x80
 CRC_SIZE: Final = 4
 # Envelopes at least this large are compressed with the store's trained
 # dictionary once it has one (checkpoint records and writes are 300-1,000
@@ -83,6 +98,55 @@ class WriteDict(NamedTuple):
     lo: bytes
     hi: bytes
     content: bytes
+
+
+def _seed(tag: int, key: bytes | None, prefix: bytes) -> int:
+    """The CRC seed of a record with tag byte ``tag``: its key (when :data:`KEYED`),
+    then ``prefix`` (full records only; a delta's CRC never covered a prefix)."""
+    seed = 0
+    if tag & KEYED:
+        if key is None:
+            raise ValueError("checksum mismatch: a record framed with its key was read without it")
+        seed = zlib.crc32(key)
+    return seed if tag & ~KEYED == TAG_DELTA else zlib.crc32(prefix, seed)
+
+
+def _crc_ok(view: memoryview, key: bytes | None, prefix: bytes) -> bool:
+    framed = view[:-CRC_SIZE]
+    return len(framed) >= 1 and zlib.crc32(framed, _seed(framed[0], key, prefix)) == int.from_bytes(
+        view[-CRC_SIZE:], "big"
+    )
+
+
+def rekey(
+    data: bytes, old_key: bytes | None, new_key: bytes, what: str, *, prefix: bytes = b""
+) -> bytes:
+    """The same record framed for ``new_key``: its CRC checked against ``old_key``
+    (or as written without a key), then sealed over ``new_key`` (:data:`KEYED`).
+    Nothing is decompressed, so no dictionary is needed.
+
+    Raises:
+        CorruptRecordError: The record fails its CRC (naming ``what``).
+    """
+    view = memoryview(data)
+    try:
+        ok = _crc_ok(view, old_key, prefix)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise CorruptRecordError(
+            f"record {what} cannot be decoded (checksum mismatch); run `deltalog verify` "
+            "to list damaged records and restore them from a backup"
+        )
+    framed = bytes(view[:-CRC_SIZE])
+    return _seal(bytes((framed[0] & ~KEYED,)) + framed[1:], new_key, prefix)
+
+
+def _seal(framed: bytes, key: bytes | None, prefix: bytes) -> bytes:
+    """``framed`` with its tag's KEYED bit set when there is a key, and its CRC."""
+    if key is not None:
+        framed = bytes((framed[0] | KEYED,)) + framed[1:]
+    return framed + zlib.crc32(framed, _seed(framed[0], key, prefix)).to_bytes(CRC_SIZE, "big")
 
 
 class DeltaHeader(NamedTuple):
@@ -277,7 +341,7 @@ class RecordCodec:
         self._samples: list[bytes] = []
         self._sample_bytes = 0
 
-    def encode(self, record: Any, *, prefix: bytes = b"") -> bytes:
+    def encode(self, record: Any, *, prefix: bytes = b"", key: bytes | None = None) -> bytes:
         """Encode one record.
 
         Args:
@@ -285,6 +349,8 @@ class RecordCodec:
             prefix: Bytes the store keeps in front of the record (a write's
                 channel id); not returned, but covered by the CRC, so a
                 flipped prefix is caught like a flipped body.
+            key: The record's LMDB key, covered by the CRC too (format 5);
+                None frames it as before (no :data:`KEYED` bit).
         """
         body = ormsgpack.packb(record)
         framed = bytes((TAG_PLAIN,)) + body
@@ -301,7 +367,13 @@ class RecordCodec:
                     packed = self.compressor.compress(body)
                     if len(packed) < len(body):
                         framed = bytes((TAG_ZSTD,)) + packed
-        return framed + zlib.crc32(framed, zlib.crc32(prefix)).to_bytes(CRC_SIZE, "big")
+        return _seal(framed, key, prefix)
+
+    def rekey(
+        self, data: bytes, old_key: bytes | None, new_key: bytes, what: str, *, prefix: bytes = b""
+    ) -> bytes:
+        """:func:`rekey` (a record copied under another key)."""
+        return rekey(data, old_key, new_key, what, prefix=prefix)
 
     # -- trained dictionary ---------------------------------------------------------
 
@@ -351,6 +423,8 @@ class RecordCodec:
         base_ref: bytes,
         seq: int,
         writes: WriteDict | None = None,
+        *,
+        key: bytes | None = None,
     ) -> bytes | None:
         """Encode a ``[type, payload]`` record as a delta against earlier bytes.
 
@@ -385,19 +459,21 @@ class RecordCodec:
         if len(packed) + len(header) >= len(typed[1]) // 8:
             return None
         framed = bytes((TAG_DELTA,)) + len(header).to_bytes(4, "big") + header + packed
-        return framed + zlib.crc32(framed).to_bytes(CRC_SIZE, "big")
+        return _seal(framed, key, b"")
 
-    def delta_header(self, data: bytes, what: str) -> DeltaHeader | None:
+    def delta_header(
+        self, data: bytes, what: str, *, key: bytes | None = None
+    ) -> DeltaHeader | None:
         """The checked header of a delta record; None for a full record.
 
         Parse it once and hand it to :meth:`check_writes` and
         :meth:`decode_delta`: each parse checks the whole record's CRC.
         """
-        if not data or data[0] != TAG_DELTA:
+        if not data or data[0] & ~KEYED != TAG_DELTA:
             return None
         try:
             framed = memoryview(data)[:-CRC_SIZE]
-            if zlib.crc32(framed) != int.from_bytes(data[-CRC_SIZE:], "big"):
+            if not _crc_ok(memoryview(data), key, b""):
                 raise ValueError("checksum mismatch")
             size = int.from_bytes(framed[1:5], "big")
             items = ormsgpack.unpackb(framed[5 : 5 + size])
@@ -414,16 +490,20 @@ class RecordCodec:
                 "`deltalog verify` to list damaged records and restore them from a backup"
             ) from exc
 
-    def delta_info(self, data: bytes, what: str) -> tuple[bytes, int] | None:
+    def delta_info(
+        self, data: bytes, what: str, *, key: bytes | None = None
+    ) -> tuple[bytes, int] | None:
         """``(base_ref, seq)`` of a delta record (``base_ref`` empty: no base); None
         for a full record."""
-        head = self.delta_header(data, what)
+        head = self.delta_header(data, what, key=key)
         return None if head is None else (head.ref, head.seq)
 
-    def delta_range(self, data: bytes, what: str) -> tuple[bytes, bytes] | None:
+    def delta_range(
+        self, data: bytes, what: str, *, key: bytes | None = None
+    ) -> tuple[bytes, bytes] | None:
         """``(lo, hi)`` checkpoint ids whose writes a delta record's dictionary
         holds; None for records that depend on no writes."""
-        head = self.delta_header(data, what)
+        head = self.delta_header(data, what, key=key)
         return None if head is None else head.span
 
     def check_writes(self, head: DeltaHeader, writes: bytes, what: str) -> None:
@@ -451,7 +531,9 @@ class RecordCodec:
                 "`deltalog verify` to list damaged records and restore them from a backup"
             ) from exc
 
-    def raw_size(self, data: bytes, what: str, *, prefix: bytes = b"") -> int:
+    def raw_size(
+        self, data: bytes, what: str, *, prefix: bytes = b"", key: bytes | None = None
+    ) -> int:
         """Size of a record's envelope before compression (from the frame header).
 
         The record's CRC is checked first (``prefix`` as for :meth:`decode`), so
@@ -461,12 +543,9 @@ class RecordCodec:
         try:
             view = memoryview(data)
             framed = view[:-CRC_SIZE]
-            seed = 0 if framed[:1] == bytes((TAG_DELTA,)) else zlib.crc32(prefix)
-            if len(framed) < 1 or zlib.crc32(framed, seed) != int.from_bytes(
-                view[-CRC_SIZE:], "big"
-            ):
+            if not _crc_ok(view, key, prefix):
                 raise ValueError("checksum mismatch")
-            tag = framed[0]
+            tag = framed[0] & ~KEYED
             if tag == TAG_ZSTD:
                 frame = framed[1:]
             elif tag == TAG_DICT:
@@ -483,19 +562,21 @@ class RecordCodec:
                 "`deltalog verify` to list damaged records and restore them from a backup"
             ) from exc
 
-    def decode(self, data: bytes, what: str, *, prefix: bytes = b"") -> Any:
+    def decode(
+        self, data: bytes, what: str, *, prefix: bytes = b"", key: bytes | None = None
+    ) -> Any:
         """Decode one record; ``what`` names it in the error (database and key).
 
-        ``prefix`` is what :meth:`encode` was given (checked by the CRC).
+        ``prefix`` is what :meth:`encode` was given and ``key`` the record's
+        LMDB key (both checked by the CRC; ``key`` is needed for a record
+        framed with it).
         """
         try:
             view = memoryview(data)
-            framed, crc = view[:-CRC_SIZE], view[-CRC_SIZE:]
-            if len(framed) < 1 or zlib.crc32(framed, zlib.crc32(prefix)) != int.from_bytes(
-                crc, "big"
-            ):
+            framed = view[:-CRC_SIZE]
+            if not _crc_ok(view, key, prefix):
                 raise ValueError("checksum mismatch")
-            tag = framed[0]
+            tag = framed[0] & ~KEYED
             if tag == TAG_PLAIN:
                 return ormsgpack.unpackb(framed[1:])
             if tag == TAG_ZSTD:

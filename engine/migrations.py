@@ -15,6 +15,11 @@ step        what changes on disk
             checkpoint records
 3 → 4       every ``names`` and ``names_rev`` record is rewritten with a
             CRC-32 over its key and value (:mod:`deltalog.engine.names`)
+4 → 5       every ``checkpoints``, ``writes`` and ``blobs`` record is re-framed
+            with a CRC-32 that also covers its key (tag bit
+            :data:`~deltalog.engine.codec.KEYED`); nothing is decompressed. A
+            record that fails its CRC is left as it was (reads and ``verify``
+            report it as before), so damage cannot block the upgrade
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only
@@ -27,6 +32,9 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from deltalog.engine import keys
+from deltalog.engine.codec import rekey
+from deltalog.engine.envelope import split_write_value
+from deltalog.engine.errors import CorruptRecordError
 from deltalog.engine.names import (
     decode_name_id,
     decode_name_rev,
@@ -38,10 +46,13 @@ __all__ = ["MIGRATIONS", "Migration", "NameDbs", "pending"]
 
 
 class NameDbs(Protocol):
-    """The database handles a migration step uses (the store's ``_Dbs``)."""
+    """The database handles a migration step uses (the environment's ``Dbs``)."""
 
     names: Any
     names_rev: Any
+    checkpoints: Any
+    writes: Any
+    blobs: Any
 
 
 Migration = Callable[[Any, NameDbs], None]
@@ -71,10 +82,32 @@ def checksum_names(txn: Any, dbs: NameDbs) -> None:
             txn.put(key, value, db=db)
 
 
+def key_records(txn: Any, dbs: NameDbs) -> None:
+    """Format 5: re-frame every checkpoint, write and blob record over its key."""
+    for name, db in (
+        ("checkpoints", dbs.checkpoints),
+        ("writes", dbs.writes),
+        ("blobs", dbs.blobs),
+    ):
+        rows = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db).iternext(keys=True, values=True)]
+        for key, raw in rows:
+            what = f"{name}/{key.hex()}"
+            try:
+                if name == "writes":
+                    cbytes, _, record = split_write_value(raw)
+                    value = cbytes + rekey(record, key, key, what, prefix=cbytes)
+                else:
+                    value = rekey(raw, key, key, what)
+            except CorruptRecordError:
+                continue  # damaged: left for reads and verify to report
+            txn.put(key, value, db=db)
+
+
 MIGRATIONS: Final[tuple[tuple[int, int, Migration], ...]] = (
     (1, 2, _records_only_added),
     (2, 3, _records_only_added),
     (3, 4, checksum_names),
+    (4, 5, key_records),
 )
 
 

@@ -106,7 +106,7 @@ class QueryReads(HistoryReads):
         out: list[tuple[str, str, str | None, bool]] = []
         for key, raw in self.iter_checkpoint_keys(keys.thread_prefix(t), start=None, reverse=False):
             where = f"checkpoints/{key.hex()}"
-            env = CheckpointEnvelope.unpack(self.codec.decode(raw, where), where)
+            env = CheckpointEnvelope.unpack(self.codec.decode(raw, where, key=key), where)
             _, n, cid = keys.decode_checkpoint_key(key)
             out.append((self.name_of(keys.KIND_NS, n), cid, env.parent_id, env.hidden))
         return out
@@ -164,18 +164,18 @@ class QueryReads(HistoryReads):
             e = named(keys.split_ids(key, 3)[0][2])
             e["blobs"] += 1
             e["blob_bytes"] += len(value)
-            e["raw_bytes"] += self.codec.raw_size(value, f"blobs/{key.hex()}")
+            e["raw_bytes"] += self.codec.raw_size(value, f"blobs/{key.hex()}", key=key)
         for key, value in self.txn.cursor(db=self.dbs.writes).iternext(keys=True, values=True):
             cbytes, channel_id, record = split_write_value(value)
             e = named(channel_id)
             e["writes"] += 1
             e["write_bytes"] += len(value)
             e["raw_bytes"] += len(cbytes) + self.codec.raw_size(
-                record, f"writes/{key.hex()}", prefix=cbytes
+                record, f"writes/{key.hex()}", prefix=cbytes, key=key
             )
         for key, value in self.txn.cursor(db=self.dbs.checkpoints).iternext(keys=True, values=True):
             for channel, typed in inline_of(
-                self.codec.decode(value, f"checkpoints/{key.hex()}")
+                self.codec.decode(value, f"checkpoints/{key.hex()}", key=key)
             ).items():
                 e = entry(channel)
                 e["inline"] += 1
@@ -203,7 +203,7 @@ class QueryReads(HistoryReads):
 
         for key, raw in self.iter_checkpoint_keys(prefix, start=None, reverse=False):
             where = f"checkpoints/{key.hex()}"
-            env = CheckpointEnvelope.unpack(self.codec.decode(raw, where), where)
+            env = CheckpointEnvelope.unpack(self.codec.decode(raw, where, key=key), where)
             _, n, cid = keys.decode_checkpoint_key(key)
             for channel, typed in env.inline.items():
                 if channel in env.versions:
@@ -238,7 +238,7 @@ class QueryReads(HistoryReads):
             key, raw = cur.key(), cur.value()
             _, n, cid, task_path, task_id, idx = keys.decode_write_key(key)
             cbytes, channel_id, record = split_write_value(raw)
-            rec = self.codec.decode(record, f"writes/{key.hex()}", prefix=cbytes)
+            rec = self.codec.decode(record, f"writes/{key.hex()}", prefix=cbytes, key=key)
             yield {
                 "kind": "write",
                 "thread_id": thread_id,

@@ -9,10 +9,7 @@ from typing import TYPE_CHECKING, Any
 from deltalog.engine import keys
 from deltalog.engine.checkpoint_writes import CheckpointWrites
 from deltalog.engine.core import Plan
-from deltalog.engine.envelope import (
-    CheckpointEnvelope,
-    parent_in,
-)
+from deltalog.engine.envelope import CheckpointEnvelope, parent_in, split_write_value
 from deltalog.engine.errors import (
     InvalidInputError,
     ThreadExistsError,
@@ -83,14 +80,14 @@ class ThreadWrites(CheckpointWrites):
             if raw is None:
                 continue
             where = f"checkpoints/{key.hex()}"
-            env = CheckpointEnvelope.unpack(self.codec.decode(raw, where), where)
+            env = CheckpointEnvelope.unpack(self.codec.decode(raw, where, key=key), where)
             if cid in plan.hide:
                 env.flags |= FLAG_HIDDEN
             if cid in plan.unhide:
                 env.flags &= ~FLAG_HIDDEN
             if cid in plan.relink:
                 env.parent = parent_in(plan.relink[cid])
-            self.txn.put(key, self.codec.encode(env.pack()), db=self.dbs.checkpoints)
+            self.txn.put(key, self.codec.encode(env.pack(), key=key), db=self.dbs.checkpoints)
         for key in doomed:
             self.txn.delete(key, db=self.dbs.blobs)
         removed["seeds"] = len(seeds)
@@ -141,9 +138,13 @@ class ThreadWrites(CheckpointWrites):
                     chunk.append((cur.key(), cur.value()))
                     ok = cur.next()
                 for key, value in chunk:
-                    self.txn.put(head + keys.rethread(key[len(head) :], d), value, db=db)
+                    new_key = head + keys.rethread(key[len(head) :], d)
+                    self.txn.put(new_key, self._rekeyed(name, key, new_key, value), db=db)
                     if name == "checkpoints":
-                        run_id = self.codec.decode(value, f"checkpoints/{key.hex()}")[7]
+                        where = f"checkpoints/{key.hex()}"
+                        run_id = CheckpointEnvelope.unpack(
+                            self.codec.decode(value, where, key=key), where
+                        ).run_id
                         if run_id is not None:
                             n = keys.split_ids(key, 2)[0][1]
                             self.txn.put(
@@ -160,6 +161,20 @@ class ThreadWrites(CheckpointWrites):
             if not head:
                 counts[name] = copied
         return counts
+
+    def _rekeyed(self, db_name: str, key: bytes, new_key: bytes, value: bytes) -> bytes:
+        """A record copied from ``key`` to ``new_key``, framed for its new key (format 5).
+
+        Checkpoints, writes and blobs carry a CRC over their key; a write's
+        channel-id prefix stays in front. Meta marks are copied as they are.
+        """
+        where = f"{db_name}/{key.hex()}"
+        if db_name in ("checkpoints", "blobs"):
+            return self.codec.rekey(value, key, new_key, where)
+        if db_name == "writes":
+            cbytes, _, record = split_write_value(value)
+            return cbytes + self.codec.rekey(record, key, new_key, where, prefix=cbytes)
+        return value
 
     def import_records(
         self, records: Sequence[dict[str, Any]], *, first_lines: Mapping[str, int] | None = None
@@ -232,7 +247,8 @@ class ThreadWrites(CheckpointWrites):
             return
         prefix = keys.thread_prefix(t)
         for key, raw in list(self.iter_checkpoint_keys(prefix, start=None, reverse=False)):
-            run_id = self.codec.decode(raw, f"checkpoints/{key.hex()}")[7]
+            where = f"checkpoints/{key.hex()}"
+            run_id = CheckpointEnvelope.unpack(self.codec.decode(raw, where, key=key), where).run_id
             if run_id is not None:
                 _, n, _ = keys.decode_checkpoint_key(key)
                 self.txn.delete(

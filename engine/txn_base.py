@@ -157,7 +157,7 @@ class TxnBase:
 
     def _decode_checkpoint(self, t: int, n: int, key: bytes, raw: bytes) -> CheckpointRow:
         where = f"checkpoints/{key.hex()}"
-        env = CheckpointEnvelope.unpack(self.codec.decode(raw, where), where)
+        env = CheckpointEnvelope.unpack(self.codec.decode(raw, where, key=key), where)
         try:
             _, _, cid = keys.decode_checkpoint_key(key)
         except Exception as exc:
@@ -181,7 +181,7 @@ class TxnBase:
         envelopes = self.store.envelopes
         cached = envelopes.get(raw)
         if cached is None:
-            rec = self.codec.decode(raw, f"checkpoints/{key.hex()}")
+            rec = self.codec.decode(raw, f"checkpoints/{key.hex()}", key=key)
             if len(rec) <= VERSIONS or not isinstance(rec[VERSIONS], dict):
                 raise CorruptRecordError(
                     f"record checkpoints/{key.hex()} has an unexpected shape (no versions map)"
@@ -260,7 +260,7 @@ class TxnBase:
                 raise CorruptRecordError(
                     f"key writes/{key.hex()} cannot be decoded ({exc})"
                 ) from exc
-            rec = self.codec.decode(record, f"writes/{key.hex()}", prefix=cbytes)
+            rec = self.codec.decode(record, f"writes/{key.hex()}", prefix=cbytes, key=key)
             out.append(WriteRow(task_id, channel, (rec[0], rec[1]), task_path, idx))
         return out
 

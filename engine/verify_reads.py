@@ -53,7 +53,11 @@ class VerifyReads(QueryReads):
                 continue
             try:
                 rows.append(
-                    RawNode.of(self.codec.decode(raw, f"checkpoints/{key.hex()}"), key, frozenset())
+                    RawNode.of(
+                        self.codec.decode(raw, f"checkpoints/{key.hex()}", key=key),
+                        key,
+                        frozenset(),
+                    )
                 )
             except Exception as exc:
                 found.problems.append(("undecodable", "error", cid, str(exc)))
@@ -93,7 +97,7 @@ class VerifyReads(QueryReads):
             try:
                 ckey = keys.write_checkpoint_key(key)
                 cbytes, _, record = split_write_value(raw)
-                self.codec.decode(record, f"writes/{key.hex()}", prefix=cbytes)
+                self.codec.decode(record, f"writes/{key.hex()}", prefix=cbytes, key=key)
                 if ckey not in present and ckey not in orphaned:
                     orphaned.add(ckey)
                     found.problems.append(
@@ -118,7 +122,7 @@ class VerifyReads(QueryReads):
                 # record and its bases; what they cannot prove is that a write
                 # range's content is still what the record was encoded over.
                 self.blob_typed(key, raw)
-                head = self.codec.delta_header(raw, f"blobs/{key.hex()}")
+                head = self.codec.delta_header(raw, f"blobs/{key.hex()}", key=key)
                 span = None if head is None else head.span
                 if head is not None and span is not None:
                     content = self._range_content(key, span)

@@ -3,7 +3,8 @@
 The stores under tests/data/golden/format-N/ were written by the last commit of
 each on-disk format (issue 16: golden bytes before the engine is reshaped):
 format 1 by eaa3909^ (604bfec), format 2 by 9d60506^ (896258c), format 3 by
-d42f3b9. To write one again (N=1 shown), from the repository root:
+d42f3b9, format 4 by 9d954c3 (the last commit before records carried a CRC over
+their key). To write one again (N=1 shown), from the repository root:
 
     git worktree add --detach /tmp/gold-1 eaa3909^
     mkdir -p /tmp/gold-1/_path/deltalog
@@ -13,9 +14,12 @@ d42f3b9. To write one again (N=1 shown), from the repository root:
         tests/data/golden/format-1 "$(git rev-parse eaa3909^)"
     git worktree remove --force /tmp/gold-1
 
-``deltalog`` is a namespace package, so the old ``engine`` and ``channels`` on
-PYTHONPATH come before the installed ones (the dependencies did not change
-since format 1); the script prints which code it ran and checks the format the
+``deltalog`` was a namespace package up to format 3, so the old ``engine`` and
+``channels`` on PYTHONPATH come before the installed ones (the dependencies did
+not change since format 1). From format 4 on ``deltalog`` is a package of its
+own (``deltalog_pkg/``): link each file of the old ``deltalog_pkg/`` into
+``_path/deltalog/`` as well (``for f in /tmp/gold-4/deltalog_pkg/*; do ln -s $f
+/tmp/gold-4/_path/deltalog/; done``); the script prints which code it ran and checks the format the
 store says it has. Each folder holds the store's ``data.mdb`` and
 ``expected.json``: the raw facts of the bytes (format version, record tags)
 and every checkpoint tuple and delta-channel history as that old code read

@@ -129,6 +129,48 @@ def test_older_store_reads_unchanged_read_only_then_upgrades(old: int, tmp_path:
         decode_name_rev(key, raw)
 
 
+GOLDEN_4 = Path(__file__).resolve().parent / "data" / "golden" / "format-4"
+
+
+def test_format_5_frames_every_record_over_its_key_and_a_damaged_one_does_not_block_it(
+    tmp_path: Path,
+) -> None:
+    """R10, issue 15.2: the 4 → 5 step re-frames every checkpoint, write and blob record
+    (tag bit KEYED, CRC over the key); a record already damaged in format 4 is left as it
+    was (still reported by verify), and the upgrade and every other record go through."""
+    from deltalog.engine.codec import KEYED
+
+    path = tmp_path / "s"
+    path.mkdir()
+    shutil.copy(GOLDEN_4 / "data.mdb", path / "data.mdb")
+    rows = {db: _raw_rows(path, db) for db in ("checkpoints", "writes", "blobs")}
+    assert all(not v[0] & KEYED for db in ("checkpoints", "blobs") for _, v in rows[db])
+    victim_key, victim = rows["blobs"][0]
+    damaged = victim[:-1] + bytes((victim[-1] ^ 1,))
+    env = lmdb.open(str(path), max_dbs=16)
+    blobs = env.open_db(b"blobs", create=False)
+    with env.begin(write=True) as txn:
+        txn.put(victim_key, damaged, db=blobs)
+    env.close()
+    with DeltaLogSaver.from_path(path) as saver:
+        with saver.store.read() as r:
+            assert r.meta("format_version") == keys.FORMAT_VERSION == 5
+        report = saver.verify(deep=True)
+    assert not report.ok and any(victim_key.hex() in p.detail for p in report.problems)
+    after = {db: dict(_raw_rows(path, db)) for db in rows}
+    assert after["blobs"][victim_key] == damaged
+    for db, old_rows in rows.items():
+        for key, old in old_rows:
+            new = after[db][key]
+            if key == victim_key:
+                continue
+            if db == "writes":
+                end = 1 + new[0]
+                assert new[:end] == old[:end] and new[end] & KEYED and not old[end] & KEYED
+            else:
+                assert new[0] == old[0] | KEYED and new[1:-4] == old[1:-4]
+
+
 def test_upgrade_that_fails_leaves_the_old_format(tmp_path: Path) -> None:
     """R8/R10: a name record the old format cannot read either stops the upgrade with
     CorruptRecordError, and nothing of it is written (the store stays format 3)."""

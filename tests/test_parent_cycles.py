@@ -42,10 +42,10 @@ def set_parent(saver: DeltaLogSaver, cid: str, parent: str) -> None:
     t, n = ids
     key = keys.checkpoint_key(t, n, keys.encode_id(cid))
     (raw,) = [v for k, v in saver.store.iter_db("checkpoints") if k == key]
-    rec = saver.store.codec.decode(raw, "test")
+    rec = saver.store.codec.decode(raw, "test", key=key)
     rec[0] = keys.encode_id(parent)
     handle = saver.store.db("checkpoints")
-    saver.store.write(lambda w: w.put_raw(handle, key, saver.store.codec.encode(rec)))
+    saver.store.write(lambda w: w.put_raw(handle, key, saver.store.codec.encode(rec, key=key)))
 
 
 # -- refused on write ----------------------------------------------------------------------------

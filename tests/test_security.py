@@ -232,7 +232,7 @@ def test_encrypted_values_are_authenticated(
         store = saver.store
         db = "checkpoints" if held else "blobs"
         (key, raw), *_ = list(store.iter_db(db))
-        rec = store.codec.decode(raw, db)
+        rec = store.codec.decode(raw, db, key=key)
         kind, ciphertext = rec[9]["secret"] if held else rec
         assert kind == "msgpack+aes"
         forged = bytearray(ciphertext)
@@ -242,7 +242,7 @@ def test_encrypted_values_are_authenticated(
         else:
             rec = [kind, bytes(forged)]
         handle = store.db(db)
-        store.write(lambda w: w.put_raw(handle, key, store.codec.encode(rec)))
+        store.write(lambda w: w.put_raw(handle, key, store.codec.encode(rec, key=key)))
         with pytest.raises(ValueError, match="MAC check failed"):
             saver.get_tuple(config)
 

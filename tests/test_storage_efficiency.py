@@ -12,7 +12,7 @@ import pytest
 from deltalog.engine import DeltaLogSaver
 from deltalog.engine.blobs import DELTA_MIN
 from deltalog.engine.cache import DecodedCache
-from deltalog.engine.codec import TAG_DELTA, RecordCodec
+from deltalog.engine.codec import KEYED, TAG_DELTA, RecordCodec
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -33,7 +33,7 @@ def chain_length(saver: DeltaLogSaver, key: bytes, raw: bytes) -> int:
 
     links = 0
     with saver.store.read() as r:
-        while (info := saver.store.codec.delta_info(raw, "test")) is not None:
+        while (info := saver.store.codec.delta_info(raw, "test", key=key)) is not None:
             key = keys.blob_base_key(key, info[0])
             raw = r.txn.get(key, db=saver.store.db("blobs"))
             links += 1
@@ -49,7 +49,7 @@ def test_growing_values_are_stored_as_skip_deltas(make_saver: Callable[..., Delt
         for key, raw in saver.store.iter_db("blobs"):
             if len(r.blob_typed(key, raw)[1]) >= DELTA_MIN:
                 large.append((key, raw))
-    deltas = [raw for _, raw in large if raw[0] == TAG_DELTA]
+    deltas = [raw for _, raw in large if raw[0] & ~KEYED == TAG_DELTA]
     assert len(deltas) >= len(large) - 2
     bound = len(large).bit_length() + 1
     assert max(chain_length(saver, key, raw) for key, raw in large) <= bound
@@ -204,7 +204,7 @@ def test_record_dictionary_is_trained_stored_and_shared(
     assert saver.store.codec.active_dictionary == 1
     with saver.store.read() as r:
         assert [i for i, _ in r.dictionaries()] == [1]
-    tags = [raw[0] for _, raw in saver.store.iter_db("checkpoints")]
+    tags = [raw[0] & ~KEYED for _, raw in saver.store.iter_db("checkpoints")]
     assert tags.count(TAG_DICT) > len(tags) // 4
     before = history(graph, cfg("t"))
     # A second saver on the same path (as another process would) decodes dictionary records.
@@ -239,7 +239,7 @@ def test_a_reader_open_before_another_process_trained_the_dictionary_reads_its_r
         assert reader.store.codec.dictionaries == {}
         root = Path(__file__).resolve().parent.parent
         subprocess.run([sys.executable, "-c", _TRAINER, str(path)], cwd=root, check=True)
-        tags = [raw[0] for _, raw in reader.store.iter_db("checkpoints")]
+        tags = [raw[0] & ~KEYED for _, raw in reader.store.iter_db("checkpoints")]
         from deltalog.engine.codec import TAG_DICT
 
         assert tags.count(TAG_DICT) > len(tags) // 4
@@ -257,4 +257,4 @@ def test_no_dictionary_without_compression(make_saver: Callable[..., DeltaLogSav
     saver = make_saver(compress_threshold=None)
     run(saver, 120, 100)
     assert saver.store.codec.active_dictionary is None
-    assert {raw[0] for _, raw in saver.store.iter_db("checkpoints")} == {0}
+    assert {raw[0] for _, raw in saver.store.iter_db("checkpoints")} == {KEYED}

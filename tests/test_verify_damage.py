@@ -10,7 +10,7 @@ from pathlib import Path
 import lmdb
 import pytest
 from deltalog.engine import CorruptRecordError, DeltaLogSaver, keys
-from deltalog.engine.codec import TAG_ZSTD
+from deltalog.engine.codec import KEYED, TAG_ZSTD
 from deltalog.engine.errors import DamagedKeyError
 
 from tests.checkpoints import checkpoint_id, put_values
@@ -142,7 +142,7 @@ def test_damaged_btree_page_is_reported_by_verify(tmp_path: Path) -> None:
 
 def _zstd_blob(path: Path) -> tuple[bytes, bytes]:
     for key, value in _rows(path, "blobs"):
-        if value[0] == TAG_ZSTD:
+        if value[0] & ~KEYED == TAG_ZSTD:
             return key, value
     raise AssertionError("no compressed blob")
 

@@ -33,7 +33,7 @@ def ranged_blobs(saver: DeltaLogSaver) -> list[tuple[bytes, bytes, tuple[bytes, 
     """(key, record, (lo, hi)) of every blob whose dictionary holds writes."""
     out = []
     for key, raw in saver.store.iter_db("blobs"):
-        span = saver.store.codec.delta_range(raw, "test")
+        span = saver.store.codec.delta_range(raw, "test", key=key)
         if span is not None:
             out.append((key, raw, span))
     return out
