@@ -79,8 +79,8 @@ def test_constructor_with_a_path_names_from_path(
 
 
 def test_constructor_with_another_object_is_a_type_error() -> None:
-    """DeltaLogSaver(object) says it takes a Store."""
-    with pytest.raises(TypeError, match="takes an open Store"):
+    """DeltaLogSaver(object) says it takes an Environment."""
+    with pytest.raises(TypeError, match="takes an open Environment"):
         DeltaLogSaver(42)  # type: ignore[arg-type]
 
 
