@@ -264,11 +264,15 @@ def bench_command(
         # Logs and CI: rich would wrap the tables at 80 columns.
         console = Console(width=160)
     try:
+        # --quick leaves out peers no target of a scenario compares with,
+        # never the subject nor savers the user named with --savers.
+        named = ctx.get_parameter_source("savers") is not click.core.ParameterSource.DEFAULT
         plan = select_plan(
             quick_plan() if quick else full_plan(),
             scenarios=_split(scenarios) or None,
             turns=turns,
             threads=threads,
+            keep_peers=(subject, *(savers if named else ())),
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
