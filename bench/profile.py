@@ -196,62 +196,60 @@ def _built(
         yield graph, SaverTimer(peer.saver)
 
 
-def _time_op(
-    op: str,
-    saver_name: str,
-    graph: Any,
-    timer: SaverTimer,
-    scenario: ChatScenario,
-    repeats: int,
-    use_cprofile: bool,
-    next_turn: list[int],
-) -> OpTiming:
-    config = thread_config("profile")
+class _Op:
+    """One call on one saver's graph, timed repeatedly."""
 
-    def call() -> None:
-        if op == "get_state":
-            graph.get_state(config)
-        elif op == "get_state_history":
-            states = list(graph.get_state_history(config, limit=20))
-            if not states:
-                raise RuntimeError(f"{saver_name}: get_state_history returned nothing")
+    def __init__(self, op: str, saver: str, graph: Any, timer: SaverTimer, turns: int) -> None:
+        self.op, self.saver, self.graph, self.timer = op, saver, graph, timer
+        self.next_turn = [turns]
+        self.walls: list[float] = []
+        self.own: list[float] = []
+        self.other: list[float] = []
+        self.calls: list[float] = []
+
+    def call(self, scenario: ChatScenario) -> None:
+        config = thread_config("profile")
+        if self.op == "get_state":
+            self.graph.get_state(config)
+        elif self.op == "get_state_history":
+            if not list(self.graph.get_state_history(config, limit=20)):
+                raise RuntimeError(f"{self.saver}: get_state_history returned nothing")
         else:
-            graph.invoke({MESSAGES: [human_message(scenario, next_turn[0])]}, config)
-            next_turn[0] += 1
+            turn = self.next_turn[0]
+            self.graph.invoke({MESSAGES: [human_message(scenario, turn)]}, config)
+            self.next_turn[0] += 1
 
-    walls: list[float] = []
-    own: list[float] = []
-    other: list[float] = []
-    calls: list[float] = []
-    for _ in range(repeats):
-        timer.reset()
+    def timed(self, scenario: ChatScenario) -> None:
+        self.timer.reset()
         start = time.perf_counter()
-        call()
-        walls.append(time.perf_counter() - start)
-        own.append(timer.own_thread)
-        other.append(timer.other_threads)
-        calls.append(timer.calls)
-    top: list[tuple[str, float]] = []
-    functions: list[tuple[str, float]] = []
-    if use_cprofile:
-        profile = cProfile.Profile()
-        profile.enable()
-        call()
-        profile.disable()
-        top, functions = _grouped(profile)
-    wall, saver = statistics.median(walls), statistics.median(own)
-    return OpTiming(
-        op=op,
-        saver=saver_name,
-        wall_ms=round(wall * 1000, 3),
-        saver_ms=round(saver * 1000, 3),
-        saver_other_threads_ms=round(statistics.median(other) * 1000, 3),
-        langgraph_ms=round((wall - saver) * 1000, 3),
-        saver_calls=statistics.median(calls),
-        repeats=repeats,
-        top=top,
-        functions=functions,
-    )
+        self.call(scenario)
+        self.walls.append(time.perf_counter() - start)
+        self.own.append(self.timer.own_thread)
+        self.other.append(self.timer.other_threads)
+        self.calls.append(self.timer.calls)
+
+    def result(self, scenario: ChatScenario, use_cprofile: bool) -> OpTiming:
+        top: list[tuple[str, float]] = []
+        functions: list[tuple[str, float]] = []
+        if use_cprofile:
+            profile = cProfile.Profile()
+            profile.enable()
+            self.call(scenario)
+            profile.disable()
+            top, functions = _grouped(profile)
+        wall, saver = statistics.median(self.walls), statistics.median(self.own)
+        return OpTiming(
+            op=self.op,
+            saver=self.saver,
+            wall_ms=round(wall * 1000, 3),
+            saver_ms=round(saver * 1000, 3),
+            saver_other_threads_ms=round(statistics.median(self.other) * 1000, 3),
+            langgraph_ms=round((wall - saver) * 1000, 3),
+            saver_calls=statistics.median(self.calls),
+            repeats=len(self.walls),
+            top=top,
+            functions=functions,
+        )
 
 
 def profile_savers(
@@ -263,27 +261,45 @@ def profile_savers(
 ) -> list[OpTiming]:
     """Build the chat on each saver and time every call (see the module docstring).
 
+    Every saver's thread is built first (one after the other, all in this
+    process), then each call is repeated ``repeats`` times with the savers
+    interleaved (order rotated per repeat), so a slow patch of a shared
+    machine hits all of them alike.
+
     Args:
         turns: Turns of the ``DeltaChannel`` sf=100 chat before the calls.
         repeats: Calls per (call, saver); medians are reported.
-        savers: Registry names (in-process, one after the other).
+        savers: Registry names.
         use_cprofile: Also profile one call of each with ``cProfile``.
         workdir: Where stores are created (system temp by default).
 
     Returns:
-        One :class:`OpTiming` per (call, saver): reads first, then invokes.
+        One :class:`OpTiming` per (call, saver), grouped by saver in the
+        order given: ``get_state``, ``get_state_history``, ``invoke``.
     """
     scenario = ChatScenario(name="profile-chat-delta-sf100", field=delta(100), turns=turns)
-    out: list[OpTiming] = []
-    with tempfile.TemporaryDirectory(prefix="deltalog-profile-", dir=workdir) as tmp:
+    ops_by_name: dict[str, dict[str, _Op]] = {}
+    with (
+        tempfile.TemporaryDirectory(prefix="deltalog-profile-", dir=workdir) as tmp,
+        contextlib.ExitStack() as stack,
+    ):
         for name in savers:
-            with _built(name, scenario, Path(tmp) / name) as (graph, timer):
-                next_turn = [turns]
-                for op in ("get_state", "get_state_history", "invoke"):
-                    out.append(
-                        _time_op(op, name, graph, timer, scenario, repeats, use_cprofile, next_turn)
-                    )
-    return out
+            graph, timer = stack.enter_context(_built(name, scenario, Path(tmp) / name))
+            ops_by_name[name] = {
+                op: _Op(op, name, graph, timer, turns)
+                for op in ("get_state", "get_state_history", "invoke")
+            }
+        order = list(savers)
+        for op in ("get_state", "get_state_history", "invoke"):
+            for r in range(repeats):
+                k = r % len(order)
+                for name in order[k:] + order[:k]:
+                    ops_by_name[name][op].timed(scenario)
+        return [
+            ops_by_name[name][op].result(scenario, use_cprofile)
+            for name in savers
+            for op in ("get_state", "get_state_history", "invoke")
+        ]
 
 
 def _table(timings: Sequence[OpTiming], reference: str = "memory") -> str:

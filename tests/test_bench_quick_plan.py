@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
+from deltalog.bench import cli
 from deltalog.bench.runner import RunOptions, SaverChatResult, _summarise, run_bench
 from deltalog.bench.scenarios import (
     QUICK_REDUNDANT,
@@ -72,3 +74,14 @@ def test_scale_windows_compare_turns_9000_10000_with_900_1000() -> None:
     _summarise(res, scenario, {"get_state": [], "history": [], "delta": []})
     assert res.bytes_per_turn_early == 1000 and res.bytes_per_turn_late == 1200
     assert res.scale_ratio is not None and abs(res.scale_ratio - 1.2) < 1e-9
+
+
+def test_quick_runs_a_peer_named_with_savers(tmp_path: Path) -> None:
+    """``--quick --savers memory,lmdb`` measures lmdb although --quick would leave it out."""
+    out = tmp_path / "out"
+    argv = ["--quick", "--scenario", "chat-delta-sf100", "--turns", "2", "--savers"]
+    argv += ["memory,lmdb", "--subject", "memory", "--isolation", "inprocess", "--no-pg"]
+    argv += ["--no-progress", "--no-plots", "--out", str(out)]
+    assert cli.main(argv) == 0
+    chat = json.loads((out / "results.json").read_text())["chat"][0]
+    assert set(chat["savers"]) == {"memory", "lmdb"} and chat["skipped_peers"] == []
