@@ -1529,6 +1529,20 @@ def _meta(plan: BenchPlan, options: RunOptions) -> dict[str, Any]:
     }
 
 
+def _cpu_seconds() -> float | None:
+    """User + system CPU of this process and of its finished workers, in seconds
+    (``None`` where ``resource`` is missing): with the wall time, how loaded the
+    machine was (a run alone on 2 cores takes about this long)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return round(total, 1)
+
+
 def run_bench(
     plan: BenchPlan, options: RunOptions, progress: ProgressSink | None = None
 ) -> BenchResult:
@@ -1607,6 +1621,7 @@ def run_bench(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     meta["wall_seconds"] = round(time.perf_counter() - started, 1)
+    meta["cpu_seconds"] = _cpu_seconds()
     meta["peers_measured"] = names
     meta["phase_seconds"] = phases
     return BenchResult(

@@ -54,6 +54,7 @@ def test_a_skipped_peer_is_not_run_and_is_listed(tmp_path: Path) -> None:
         plan, RunOptions(peers=("memory", "sqlite"), workdir=tmp_path, isolation="inprocess")
     )
     assert result.failures == []
+    assert result.meta["cpu_seconds"] > 0  # the load check next to wall_seconds
     first, second = result.chat
     assert set(first.savers) == {"memory"} and first.skipped_peers == ["sqlite"]
     assert set(second.savers) == {"memory", "sqlite"} and second.skipped_peers == []
