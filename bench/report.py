@@ -995,7 +995,8 @@ def write_plots(result: BenchResult, out_dir: Path, subject: str = "deltalog") -
     median over 25 turns) and ``<scenario>-reads.png`` (``get_state``, history
     and delta-history p50). For throughput: ``throughput.png`` (median graph
     checkpoints/s against concurrency, bars from the slowest to the fastest
-    round) and ``throughput-puts.png`` (the same for raw durable puts). One
+    round; a cross per saver for the ``durability="sync"`` rounds) and
+    ``throughput-puts.png`` (the same for raw durable puts). One
     line or bar per saver, each saver
     in the same colour in every plot; the subject is drawn thicker and async
     savers dashed.
@@ -1120,7 +1121,25 @@ def write_plots(result: BenchResult, out_dir: Path, subject: str = "deltalog") -
                         capsize=3,
                         **style(name),
                     )
-            values = [p.checkpoints_per_s for points in by_saver.values() for p in points]
+            if kind == "throughput":
+                # The durability="sync" rounds: one marker per saver and level.
+                for name, points in tp.sync.items():
+                    if points:
+                        ax.plot(
+                            [p.threads for p in points],
+                            [p.checkpoints_per_s for p in points],
+                            marker="x",
+                            markersize=9,
+                            linestyle="none",
+                            color=colours.get(name),
+                            label=f'{_label(result, name)}, durability="sync"',
+                        )
+            values = [
+                p.checkpoints_per_s
+                for group in ((by_saver, tp.sync) if kind == "throughput" else (by_saver,))
+                for points in group.values()
+                for p in points
+            ]
             # InMemorySaver (no disk) can run 10-100x faster than every durable
             # saver and would flatten them to zero on a linear axis.
             log = min(values) > 0 and max(values) / min(values) > 10
