@@ -23,6 +23,11 @@ wall`` is the lowest ratio to InMemorySaver any saver can reach for that call
 (the "floor" column). ``--cprofile`` adds, per call and saver, the top
 functions of a ``cProfile`` run of the calling thread, grouped by package.
 
+The wrappers are instance attributes: with ``LANGGRAPH_STRICT_MSGPACK`` set,
+LangGraph clones the saver per call (``with_allowlist``) and the clones'
+calls run the original instance's methods, without the clone's allowlist.
+Run the profile with that variable unset (the default).
+
 Example::
 
     python -m deltalog.bench.profile --turns 1000 --repeats 7 --json profile.json
