@@ -222,6 +222,14 @@ def _parse_threads(
 )
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @click.option(
+    "--profile",
+    is_flag=True,
+    help="Run nothing else: time get_state, get_state_history(limit=20) and invoke on the "
+    "sf=100 chat (--turns, default 1000) for --subject and InMemorySaver, split into the "
+    "saver's time and LangGraph's own, with a cProfile breakdown (deltalog.bench.profile); "
+    "writes profile.json to --out.",
+)
+@click.option(
     "--no-progress",
     is_flag=True,
     help="A line per scenario instead of progress bars (the default when stdout is not a "
@@ -244,6 +252,7 @@ def bench_command(
     from_json: Path | None,
     no_plots: bool,
     no_progress: bool,
+    profile: bool,
 ) -> int:
     """Measure storage versus latency of DeltaLogSaver and other LangGraph savers.
 
@@ -259,16 +268,37 @@ def bench_command(
         if pg == ["--postgres", "local"] and find_pg_bindir() is None:
             pg = []
         return store_bench.main((["--quick"] if quick else []) + pg)
+    if profile:
+        from deltalog.bench import profile as profile_module
+
+        out.mkdir(parents=True, exist_ok=True)
+        savers_arg = ",".join(dict.fromkeys((subject, "memory")))
+        json_path = str(out / "profile.json")
+        return profile_module.main(
+            [
+                "--turns",
+                str(turns or 1000),
+                "--savers",
+                savers_arg,
+                "--cprofile",
+                "--json",
+                json_path,
+            ]
+        )
     console = Console()
     if not console.is_terminal:
         # Logs and CI: rich would wrap the tables at 80 columns.
         console = Console(width=160)
     try:
+        # --quick leaves out peers no target of a scenario compares with,
+        # never the subject nor savers the user named with --savers.
+        named = ctx.get_parameter_source("savers") is not click.core.ParameterSource.DEFAULT
         plan = select_plan(
             quick_plan() if quick else full_plan(),
             scenarios=_split(scenarios) or None,
             turns=turns,
             threads=threads,
+            keep_peers=(subject, *(savers if named else ())),
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc

@@ -78,11 +78,16 @@ class PeerContext:
         pg_dsn: DSN of the PostgreSQL server to use, or ``None`` when there is none.
         concurrency: How many threads (or tasks) will use the saver at once;
             PostgreSQL uses a connection pool of that size (capped at 32).
+        shared_dir: Open the store in exactly this directory (created if
+            missing, reused if there) instead of a fresh one under ``workdir``:
+            several processes opening one store path (the multi-process
+            scenario). File-based peers only; PostgreSQL ignores it.
     """
 
     workdir: Path
     pg_dsn: str | None = None
     concurrency: int = 1
+    shared_dir: Path | None = None
 
 
 @dataclass
@@ -192,6 +197,9 @@ def memory_saver_bytes(saver: InMemorySaver) -> int:
 
 
 def _fresh_dir(ctx: PeerContext, name: str) -> Path:
+    if ctx.shared_dir is not None:
+        ctx.shared_dir.mkdir(parents=True, exist_ok=True)
+        return ctx.shared_dir
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=ctx.workdir))
 

@@ -28,6 +28,7 @@ from deltalog.bench.runner import (
     BenchResult,
     ChatResult,
     LatencyStats,
+    MultiProcessResult,
     SaverChatResult,
     ThroughputPoint,
     ThroughputResult,
@@ -129,6 +130,12 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         "rss_peak_vs_memory", "peak RSS ÷ InMemorySaver", "ratio", lambda r: r.rss_peak_vs_memory
     ),
+    Metric(
+        "scale_ratio",
+        "bytes/turn, last tenth ÷ tenth before turns/10",
+        "ratio",
+        lambda r: r.scale_ratio,
+    ),
 )
 
 _METRICS_BY_KEY = {m.key: m for m in METRICS}
@@ -180,14 +187,18 @@ class Target:
         key: Stable name.
         text: What the target says, for the table.
         scenario: Scenario the figure comes from.
-        metric: A :data:`METRICS` key, ``"throughput@<threads>"`` (graph turns) or
-            ``"puts@<threads>"`` (raw writes).
+        metric: A :data:`METRICS` key, ``"throughput@<threads>"`` (graph turns),
+            ``"sync@<threads>"`` (graph turns with ``durability="sync"``),
+            ``"puts@<threads>"`` (raw writes) or ``"multiprocess"`` (turns/s of
+            the multi-process scenario).
         against: A peer name, ``"best"`` (best durable peer for bytes, best
             peer otherwise), or ``"self"`` for a metric that is a ratio
             already (``floor_ratio_last100``): the bound is on its value.
         limit: The bound on ``subject / against``.
         higher_is_better: ``True`` for throughput (ratio must be ≥ limit).
         turns: Turns the target is stated at (a shorter run says so in its note).
+        exact_turns: The verdict needs a run at exactly ``turns`` (the scale
+            targets): any other run is ``n/a``.
     """
 
     key: str
@@ -198,6 +209,7 @@ class Target:
     limit: float
     higher_is_better: bool = False
     turns: int = 1000
+    exact_turns: bool = False
 
 
 #: The performance targets the engine must meet (ratios to peers in the same run).
@@ -369,6 +381,44 @@ TARGETS: tuple[Target, ...] = (
         0.9,
         higher_is_better=True,
     ),
+    Target(
+        "throughput16_sync_vs_memory",
+        'graph turns, durability="sync": checkpoints/s with 16 threads ≥ 0.9× InMemorySaver',
+        "throughput",
+        "sync@16",
+        "memory",
+        0.9,
+        higher_is_better=True,
+    ),
+    Target(
+        "multiprocess_vs_sqlite",
+        "4 processes × 4 threads on one store: turns/s ≥ 3× SqliteSaver on one file",
+        "multiprocess",
+        "multiprocess",
+        "sqlite",
+        3.0,
+        higher_is_better=True,
+    ),
+    Target(
+        "scale_bytes_per_turn",
+        "10,000-turn sf=100 chat: bytes/turn over turns 9,000–10,000 ≤ 1.1× over 900–1,000",
+        "chat-delta-sf100",
+        "scale_ratio",
+        "self",
+        1.1,
+        turns=10_000,
+        exact_turns=True,
+    ),
+    Target(
+        "scale_get_state_vs_memory",
+        "10,000-turn sf=100 chat: get_state ≤ 0.3× InMemorySaver",
+        "chat-delta-sf100",
+        "get_state_p50",
+        "memory",
+        0.3,
+        turns=10_000,
+        exact_turns=True,
+    ),
 )
 
 
@@ -403,8 +453,19 @@ class TargetVerdict:
 
 
 def _points(result: ThroughputResult, kind: str) -> dict[str, list[ThroughputPoint]]:
-    """Points per saver of one kind: graph turns (``"throughput"``) or raw puts (``"puts"``)."""
+    """Points per saver of one kind: graph turns (``"throughput"``), the same with
+    ``durability="sync"`` (``"sync"``) or raw puts (``"puts"``)."""
+    if kind == "sync":
+        return result.sync
     return result.puts if kind == "puts" else result.savers
+
+
+def _multiprocess_rates(result: MultiProcessResult | None) -> dict[str, float]:
+    """Turns/s per saver of the multi-process scenario, for savers with no error and
+    no lost turn (a saver that lost a turn has no rate to compare)."""
+    if result is None:
+        return {}
+    return {n: p.turns_per_s for n, p in result.savers.items() if not p.errors and not p.problems}
 
 
 def _throughput_at(
@@ -446,15 +507,20 @@ def evaluate_targets(result: BenchResult, subject: str = "deltalog") -> list[Tar
             )
 
         turns: int | None = None
-        if target.metric.startswith(("throughput@", "puts@")):
+        values: dict[str, float | None]
+        if target.metric == "multiprocess":
+            if result.multiprocess is None:
+                verdicts.append(na(f"scenario {target.scenario} not run"))
+                continue
+            values = dict(_multiprocess_rates(result.multiprocess))
+        elif target.metric.startswith(("throughput@", "puts@", "sync@")):
             kind, threads_text = target.metric.split("@", 1)
             threads = int(threads_text)
-            values = {
-                n: _throughput_at(result.throughput, n, threads, kind)
-                for n in (result.throughput.savers if result.throughput else {})
-            }
-            if result.throughput is None or threads not in result.throughput.threads:
-                verdicts.append(na(f"throughput with {threads} threads not measured"))
+            tp = result.throughput
+            values = {n: _throughput_at(tp, n, threads, kind) for n in (tp.savers if tp else {})}
+            if tp is None or all(v is None for v in values.values()):
+                what = "durability=sync " if kind == "sync" else ""
+                verdicts.append(na(f"throughput {what}with {threads} threads not measured"))
                 continue
         else:
             chat = _chat(result, target.scenario)
@@ -462,6 +528,11 @@ def evaluate_targets(result: BenchResult, subject: str = "deltalog") -> list[Tar
                 verdicts.append(na(f"scenario {target.scenario} not run"))
                 continue
             turns = chat.turns
+            if target.exact_turns and turns != target.turns:
+                verdicts.append(
+                    na(f"run at {turns} turns; needs --turns {target.turns} (scale run)")
+                )
+                continue
             metric = _METRICS_BY_KEY[target.metric]
             values = {n: metric.get(r) for n, r in chat.savers.items() if _usable(r)}
         subject_value = values.get(subject)
@@ -565,20 +636,33 @@ def ratio_table(result: BenchResult, subject: str = "deltalog") -> dict[str, Any
         table[chat.scenario] = per_metric
     tp = result.throughput
     if tp is not None:
-        for kind, name in (("throughput", tp.scenario), ("puts", f"{tp.scenario}-puts")):
+        for kind, name in (
+            ("throughput", tp.scenario),
+            ("sync", f"{tp.scenario}-sync"),
+            ("puts", f"{tp.scenario}-puts"),
+        ):
             by_saver = _points(tp, kind)
             if by_saver.get(subject):
                 table[name] = {
-                    f"{threads} threads": {
+                    f"{p.threads} threads": {
                         n: _ratio(
-                            _throughput_at(tp, subject, threads, kind),
-                            _throughput_at(tp, n, threads, kind),
+                            _throughput_at(tp, subject, p.threads, kind),
+                            _throughput_at(tp, n, p.threads, kind),
                         )
                         for n in by_saver
                         if n != subject
                     }
-                    for threads in tp.threads
+                    for p in by_saver[subject]
                 }
+    rates = _multiprocess_rates(result.multiprocess)
+    if subject in rates and result.multiprocess is not None:
+        table[result.multiprocess.scenario] = {
+            "turns/s": {
+                n: _ratio(rates[subject], rates.get(n))
+                for n in result.multiprocess.savers
+                if n != subject
+            }
+        }
     return table
 
 
@@ -707,13 +791,19 @@ def build_tables(result: BenchResult, subject: str = "deltalog") -> list[TableDa
     if tp is not None:
         for kind, title, unit in (
             ("throughput", f"graph turns, messages as {tp.field}", "checkpoints/s"),
+            (
+                "sync",
+                f'graph turns with durability="sync", messages as {tp.field}',
+                "checkpoints/s",
+            ),
             ("puts", "raw writes (put of a ~200-byte value, no graph)", "puts/s"),
         ):
-            names = list(_points(tp, kind))
+            names = [n for n, pts in _points(tp, kind).items() if pts]
             if not names:
                 continue
+            levels = sorted({p.threads for n in names for p in _points(tp, kind)[n]})
             rows = []
-            for threads in tp.threads:
+            for threads in levels:
                 row = [Cell(f"{threads} threads")]
                 for n in names:
                     value = _throughput_at(tp, n, threads, kind)
@@ -736,6 +826,8 @@ def build_tables(result: BenchResult, subject: str = "deltalog") -> list[TableDa
                     rows,
                 )
             )
+    if result.multiprocess is not None and result.multiprocess.savers:
+        tables.append(_multiprocess_table(result.multiprocess, subject))
 
     rows = []
     for v in evaluate_targets(result, subject):
@@ -748,8 +840,10 @@ def build_tables(result: BenchResult, subject: str = "deltalog") -> list[TableDa
         )
 
         def show(x: float | None, unit: str = unit, key: str = v.key) -> str:
-            if key.startswith(("throughput", "puts")):
+            if key.startswith(("throughput", "puts", "multiprocess")):
                 return "–" if x is None else f"{x:,.0f}/s"
+            if key == "scale_bytes_per_turn":
+                return _format("ratio", x)
             return _format(unit, x)
 
         colour: Colour = {"PASS": "green", "FAIL": "red", "n/a": "yellow"}[v.status]  # type: ignore[assignment]
@@ -773,6 +867,37 @@ def build_tables(result: BenchResult, subject: str = "deltalog") -> list[TableDa
         )
     )
     return tables
+
+
+def _multiprocess_table(mp: MultiProcessResult, subject: str) -> TableData:
+    """Turns/s, errors and the read-back check of the multi-process scenario."""
+    names = list(mp.savers)
+    rates = _multiprocess_rates(mp)
+    rate_row = [Cell("turns/s (median)")]
+    for n in names:
+        text = f"{mp.savers[n].turns_per_s:,.0f}/s"
+        if n != subject and subject in rates and n in rates:
+            r = _ratio(rates[subject], rates[n])
+            if r is not None:
+                text += f" ({r:.2f}×)"
+        rate_row.append(Cell(text))
+    rows = [
+        rate_row,
+        [Cell("rounds")]
+        + [Cell(", ".join(f"{x:,.0f}" for x in mp.savers[n].rounds_per_s)) for n in names],
+        [Cell("acknowledged turns")] + [Cell(f"{mp.savers[n].turns:,}") for n in names],
+        [Cell("errors")]
+        + [Cell(str(mp.savers[n].errors), "red" if mp.savers[n].errors else None) for n in names],
+        [Cell("every acknowledged turn present")]
+        + [Cell("no", "red") if mp.savers[n].problems else Cell("yes", "green") for n in names],
+    ]
+    return TableData(
+        f"{mp.scenario}: {mp.processes} processes × {mp.threads} threads on one store path, "
+        f"chat turns (messages as {mp.field}), median of {mp.repeats} rounds of "
+        f"{mp.seconds:g} s (in brackets: {subject} ÷ peer, above 1× is better)",
+        ["figure", *names],
+        rows,
+    )
 
 
 def render(result: BenchResult, console: Console, subject: str = "deltalog") -> None:
@@ -870,7 +995,8 @@ def write_plots(result: BenchResult, out_dir: Path, subject: str = "deltalog") -
     median over 25 turns) and ``<scenario>-reads.png`` (``get_state``, history
     and delta-history p50). For throughput: ``throughput.png`` (median graph
     checkpoints/s against concurrency, bars from the slowest to the fastest
-    round) and ``throughput-puts.png`` (the same for raw durable puts). One
+    round; a cross per saver for the ``durability="sync"`` rounds) and
+    ``throughput-puts.png`` (the same for raw durable puts). One
     line or bar per saver, each saver
     in the same colour in every plot; the subject is drawn thicker and async
     savers dashed.
@@ -995,7 +1121,25 @@ def write_plots(result: BenchResult, out_dir: Path, subject: str = "deltalog") -
                         capsize=3,
                         **style(name),
                     )
-            values = [p.checkpoints_per_s for points in by_saver.values() for p in points]
+            if kind == "throughput":
+                # The durability="sync" rounds: one marker per saver and level.
+                for name, points in tp.sync.items():
+                    if points:
+                        ax.plot(
+                            [p.threads for p in points],
+                            [p.checkpoints_per_s for p in points],
+                            marker="x",
+                            markersize=9,
+                            linestyle="none",
+                            color=colours.get(name),
+                            label=f'{_label(result, name)}, durability="sync"',
+                        )
+            values = [
+                p.checkpoints_per_s
+                for group in ((by_saver, tp.sync) if kind == "throughput" else (by_saver,))
+                for points in group.values()
+                for p in points
+            ]
             # InMemorySaver (no disk) can run 10-100x faster than every durable
             # saver and would flatten them to zero on a linear axis.
             log = min(values) > 0 and max(values) / min(values) > 10

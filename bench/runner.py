@@ -65,13 +65,20 @@ from deltalog.bench.graphs import (
 )
 from deltalog.bench.group_commit import aput_step, put_step
 from deltalog.bench.peers import REGISTRY, OpenPeer, PeerContext, PeerSpec
-from deltalog.bench.scenarios import BenchPlan, ChatScenario, ThroughputScenario
+from deltalog.bench.scenarios import (
+    BenchPlan,
+    ChatScenario,
+    MultiProcessScenario,
+    ThroughputScenario,
+)
 from langchain_core.runnables import RunnableConfig
 
 __all__ = [
     "BenchResult",
     "ChatResult",
     "LatencyStats",
+    "MultiProcessPoint",
+    "MultiProcessResult",
     "ProgressSink",
     "RunOptions",
     "SaverChatResult",
@@ -79,8 +86,10 @@ __all__ = [
     "ThroughputResult",
     "ThroughputRound",
     "WorkerError",
+    "multiprocess_failures",
     "percentile",
     "run_bench",
+    "run_multiprocess",
 ]
 
 Isolation = Literal["process", "inprocess"]
@@ -159,6 +168,12 @@ class SaverChatResult:
             same run (``None`` when InMemorySaver did not run or RSS was not measured).
         correct: Whether the final ``messages`` equal the expected ones.
         mismatch: How they differ, when they do.
+        bytes_per_turn_early: Bytes added per turn over the early window of
+            :meth:`~deltalog.bench.scenarios.ChatScenario.scale_windows`
+            (turns 900–1,000 of a 10,000-turn run); ``None`` under 1,000 turns.
+        bytes_per_turn_late: The same over the late window (turns 9,000–10,000).
+        scale_ratio: ``bytes_per_turn_late / bytes_per_turn_early`` (issue
+            18.5: flat storage per turn means about 1).
     """
 
     saver: str
@@ -179,6 +194,9 @@ class SaverChatResult:
     rss_peak_vs_memory: float | None = None
     correct: bool | None = None
     mismatch: str | None = None
+    bytes_per_turn_early: float | None = None
+    bytes_per_turn_late: float | None = None
+    scale_ratio: float | None = None
 
 
 @dataclass
@@ -197,6 +215,8 @@ class ChatResult:
             turn's new message text alone) over the turns that
             ``bytes_per_turn_last100`` spans.
         content_floor_total: The content floor summed over every turn.
+        skipped_peers: Savers of the run left out of this scenario
+            (``skip_peers``, e.g. by ``--quick``).
     """
 
     scenario: str
@@ -208,6 +228,7 @@ class ChatResult:
     savers: dict[str, SaverChatResult]
     content_floor_last100: float | None = None
     content_floor_total: int | None = None
+    skipped_peers: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -283,6 +304,9 @@ class ThroughputResult:
             for async savers) a chain of checkpoints, a ~200-byte new value
             each, on its own thread id; no graph and no reads, so this is the
             saver's write throughput. ``checkpoints_per_s`` is puts per second.
+        sync: Points per saver of graph turns invoked with
+            ``durability="sync"``, at the levels of ``sync_threads``.
+        skipped_peers: Savers of the run left out of this scenario.
     """
 
     scenario: str
@@ -293,6 +317,56 @@ class ThroughputResult:
     savers: dict[str, list[ThroughputPoint]]
     errors: dict[str, str]
     puts: dict[str, list[ThroughputPoint]] = dataclasses.field(default_factory=dict)
+    sync: dict[str, list[ThroughputPoint]] = dataclasses.field(default_factory=dict)
+    skipped_peers: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class MultiProcessPoint:
+    """One saver in the multi-process scenario, over all its rounds.
+
+    Attributes:
+        turns_per_s: Median over the rounds of acknowledged turns per second
+            (all processes together, from the first start to the last end).
+        rounds_per_s: Turns per second of each round, in run order.
+        turns: Acknowledged turns over all rounds.
+        errors: Invokes that raised, over all rounds (each stops its thread).
+        problems: What the read-back found wrong: a thread whose final
+            ``messages`` differ from the expected ones for its acknowledged
+            turns, or an error's first line. Empty means every acknowledged
+            turn is present, exactly once and in order.
+    """
+
+    turns_per_s: float
+    rounds_per_s: list[float]
+    turns: int
+    errors: int
+    problems: list[str]
+
+
+@dataclass
+class MultiProcessResult:
+    """The multi-process scenario: ``processes`` × ``threads`` writers on one path.
+
+    Attributes:
+        scenario: Scenario name.
+        field: How ``messages`` is declared in the invoked graph.
+        processes: Worker processes sharing each store path.
+        threads: Threads per process.
+        seconds: Budget of one round.
+        repeats: Rounds per saver.
+        savers: One point per saver measured.
+        failed: Traceback per saver whose round could not run at all.
+    """
+
+    scenario: str
+    field: str
+    processes: int
+    threads: int
+    seconds: float
+    repeats: int
+    savers: dict[str, MultiProcessPoint]
+    failed: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclass
@@ -307,6 +381,7 @@ class BenchResult:
         throughput: The throughput scenario, if it ran.
         failures: One line per failure (wrong state, saver error); non-empty
             means the run failed.
+        multiprocess: The multi-process scenario, if it ran.
     """
 
     meta: dict[str, Any]
@@ -314,6 +389,7 @@ class BenchResult:
     chat: list[ChatResult]
     throughput: ThroughputResult | None
     failures: list[str]
+    multiprocess: MultiProcessResult | None = None
 
     @property
     def ok(self) -> bool:
@@ -355,7 +431,20 @@ class BenchResult:
         throughput = None
         if (tp := data.get("throughput")) is not None:
             throughput = ThroughputResult(
-                **{**tp, "savers": points(tp["savers"]), "puts": points(tp.get("puts", {}))}
+                **{
+                    **tp,
+                    "savers": points(tp["savers"]),
+                    "puts": points(tp.get("puts", {})),
+                    "sync": points(tp.get("sync", {})),
+                }
+            )
+        multiprocess = None
+        if (mp := data.get("multiprocess")) is not None:
+            multiprocess = MultiProcessResult(
+                **{
+                    **mp,
+                    "savers": {n: MultiProcessPoint(**p) for n, p in mp["savers"].items()},
+                }
             )
         return cls(
             meta=data["meta"],
@@ -363,6 +452,7 @@ class BenchResult:
             chat=chat,
             throughput=throughput,
             failures=list(data["failures"]),
+            multiprocess=multiprocess,
         )
 
 
@@ -530,9 +620,15 @@ class SaverWorker:
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    def throughput(self, scenario: ThroughputScenario, threads: int) -> ThroughputRound:
-        """Run one throughput round on a fresh store; see :class:`ThroughputScenario`."""
+    def throughput(
+        self, scenario: ThroughputScenario, threads: int, durability: str | None = None
+    ) -> ThroughputRound:
+        """Run one throughput round on a fresh store; see :class:`ThroughputScenario`.
+
+        ``durability`` is passed to every ``invoke`` (``None``: LangGraph's
+        default, ``"async"``)."""
         chat = scenario.chat()
+        kwargs: dict[str, Any] = {} if durability is None else {"durability": durability}
         with self._round_peer("tp", threads) as peer:
             graph = build_graph(chat, peer.saver)
             configs = [thread_config(f"tp-{threads}-{i}") for i in range(threads)]
@@ -545,7 +641,7 @@ class SaverWorker:
                     while turns[i] < chat.turns and time.perf_counter() < deadline:
                         payload = {MESSAGES: [human_message(chat, turns[i])]}
                         start = time.perf_counter()
-                        graph.invoke(payload, configs[i])
+                        graph.invoke(payload, configs[i], **kwargs)
                         latencies[i].append(time.perf_counter() - start)
                         turns[i] += 1
 
@@ -556,7 +652,7 @@ class SaverWorker:
                     while turns[i] < chat.turns and time.perf_counter() < deadline:
                         payload = {MESSAGES: [human_message(chat, turns[i])]}
                         start = time.perf_counter()
-                        await graph.ainvoke(payload, configs[i])
+                        await graph.ainvoke(payload, configs[i], **kwargs)
                         latencies[i].append(time.perf_counter() - start)
                         turns[i] += 1
 
@@ -655,6 +751,244 @@ async def _in_tasks(n: int, seconds: float, work: Callable[[int, float], Awaitab
     return time.perf_counter() - start
 
 
+# --------------------------------------------------------------------------- multi-process
+
+#: Savers whose store several processes can open at one path.
+MULTIPROCESS_SAVERS = frozenset({"deltalog", "sqlite", "lmdb"})
+
+
+@dataclass(frozen=True)
+class _ProcessPart:
+    """What one worker process did in one multi-process round."""
+
+    acked: dict[str, int]
+    errors: list[str]
+    started: float
+    ended: float
+
+
+class MultiProcessWorker:
+    """One process of the multi-process scenario: ``threads`` writers on a shared path.
+
+    Driven by :func:`run_multiprocess` through :func:`_serve_multiprocess`;
+    every method returns plain picklable data.
+    """
+
+    def __init__(self) -> None:
+        self._stack = ExitStack()
+        self._graph: Any = None
+        self._prefix = ""
+
+    def prepare(
+        self, saver: str, directory: str, scenario: MultiProcessScenario, index: int
+    ) -> None:
+        """Open ``saver`` on the store at ``directory`` and compile the graph."""
+        self._stack.close()
+        ctx = PeerContext(
+            workdir=Path(directory).parent,
+            concurrency=scenario.threads,
+            shared_dir=Path(directory),
+        )
+        peer = self._stack.enter_context(REGISTRY[saver].open(ctx))
+        self._graph = build_graph(scenario.chat(), peer.saver)
+        self._prefix = f"mp-{index}"
+
+    def go(self, scenario: MultiProcessScenario) -> _ProcessPart:
+        """Run ``scenario.threads`` threads of turns for ``scenario.seconds``.
+
+        A thread whose ``invoke`` raises records the traceback and stops: its
+        later turns could not be checked against the expected messages.
+        """
+        chat, graph = scenario.chat(), self._graph
+        thread_ids = [f"{self._prefix}-{i}" for i in range(scenario.threads)]
+        acked = dict.fromkeys(thread_ids, 0)
+        errors: list[str] = []
+
+        def work(i: int, deadline: float) -> None:
+            tid = thread_ids[i]
+            config = thread_config(tid)
+            while acked[tid] < chat.turns and time.perf_counter() < deadline:
+                payload = {MESSAGES: [human_message(chat, acked[tid])]}
+                try:
+                    graph.invoke(payload, config)
+                except Exception:
+                    errors.append(f"{tid} turn {acked[tid]}: {traceback.format_exc()}")
+                    return
+                acked[tid] += 1
+
+        started = time.perf_counter()
+        _in_threads(scenario.threads, scenario.seconds, work)
+        return _ProcessPart(acked, errors, started, time.perf_counter())
+
+    def end(self) -> None:
+        """Close the saver of this round."""
+        self._stack.close()
+        self._graph = None
+
+    def verify(
+        self, saver: str, directory: str, scenario: MultiProcessScenario, acked: dict[str, int]
+    ) -> list[str]:
+        """Reopen the store and compare every thread with its acknowledged turns.
+
+        Returns:
+            One line per thread whose final ``messages`` are not exactly the
+            expected ones for its acknowledged turns; empty when all are.
+        """
+        chat = scenario.chat()
+        want_by_turns: dict[int, list[CanonicalMessage]] = {}
+        problems: list[str] = []
+        ctx = PeerContext(workdir=Path(directory).parent, shared_dir=Path(directory))
+        with REGISTRY[saver].open(ctx) as peer:
+            graph = build_graph(chat, peer.saver)
+            for tid, turns in sorted(acked.items()):
+                if turns not in want_by_turns:
+                    want_by_turns[turns] = canonical(expected_messages(chat, turns))
+                want = want_by_turns[turns]
+                got = canonical(graph.get_state(thread_config(tid)).values.get(MESSAGES, []))
+                if got != want:
+                    problems.append(
+                        f"{tid} ({turns} turns acknowledged): " + _describe_mismatch(got, want)
+                    )
+        return problems
+
+    def close(self) -> None:
+        """Close whatever is open."""
+        self.end()
+
+
+def _serve_multiprocess(
+    conn: multiprocessing.connection.Connection, name: str, ctx: PeerContext
+) -> None:
+    """Entry point of a multi-process worker: answer requests until ``close``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker = MultiProcessWorker()
+    conn.send(("ok", None))
+    while True:
+        try:
+            method, args = conn.recv()
+        except EOFError:
+            worker.close()
+            return
+        try:
+            result = getattr(worker, method)(*args)
+        except BaseException:
+            conn.send(("error", traceback.format_exc()))
+        else:
+            conn.send(("ok", result))
+        if method == "close":
+            return
+
+
+def run_multiprocess(
+    scenario: MultiProcessScenario,
+    names: Sequence[str],
+    options: RunOptions,
+    ctx: PeerContext,
+    progress: ProgressSink,
+) -> MultiProcessResult:
+    """Measure ``processes`` × ``threads`` writers on one store path, per saver.
+
+    The worker processes are spawned once and reused by every round of every
+    saver; each round opens the saver on a fresh path in every process (the
+    first creates the store, the others then open it), starts them together,
+    and afterwards reads every thread back (:meth:`MultiProcessWorker.verify`).
+
+    Returns:
+        One point per saver that is both in ``names`` and in ``scenario.savers``
+        (and can share a path); savers that could not run are in ``failed``.
+    """
+    savers = [n for n in scenario.savers if n in names and n in MULTIPROCESS_SAVERS]
+    rounds: dict[str, list[float]] = {n: [] for n in savers}
+    turns: dict[str, int] = dict.fromkeys(savers, 0)
+    errors: dict[str, list[str]] = {n: [] for n in savers}
+    problems: dict[str, list[str]] = {n: [] for n in savers}
+    failed: dict[str, str] = {}
+    result = MultiProcessResult(
+        scenario=scenario.name,
+        field=scenario.field.label,
+        processes=scenario.processes,
+        threads=scenario.threads,
+        seconds=scenario.seconds,
+        repeats=scenario.repeats,
+        savers={},
+        failed=failed,
+    )
+    if not savers:
+        return result
+    progress.start(f"{scenario.name}: rounds", scenario.repeats * len(savers))
+    if options.isolation == "inprocess":
+        failed.update(dict.fromkeys(savers, "the multi-process scenario needs isolation='process'"))
+        return result
+    with ExitStack() as stack:
+        calls = [
+            _PendingProcess(f"mp{i}", ctx, target=_serve_multiprocess)
+            for i in range(scenario.processes)
+        ]
+        for proc in calls:
+            stack.callback(proc._shutdown)
+        try:
+            for proc in calls:
+                proc.ready()
+        except WorkerError as exc:
+            failed.update(dict.fromkeys(savers, str(exc)))
+            return result
+        for r in range(scenario.repeats):
+            if failed:
+                # A worker that failed mid-round may still owe replies: the
+                # pipes are out of step, so the scenario stops here.
+                break
+            for name in _rotate(savers, r):
+                if failed:
+                    break
+                directory = Path(tempfile.mkdtemp(prefix=f"mp-{name}-", dir=ctx.workdir)) / "store"
+                try:
+                    for i, proc in enumerate(calls):
+                        proc._call("prepare", name, str(directory), scenario, i)
+                    for proc in calls:
+                        proc.conn.send(("go", (scenario,)))
+                    parts: list[_ProcessPart] = [proc._receive() for proc in calls]
+                    for proc in calls:
+                        proc._call("end")
+                    acked = {tid: n for part in parts for tid, n in part.acked.items()}
+                    seconds = max(p.ended for p in parts) - min(p.started for p in parts)
+                    done = sum(acked.values())
+                    rounds[name].append(done / seconds if seconds > 0 else 0.0)
+                    turns[name] += done
+                    errors[name] += [e for p in parts for e in p.errors]
+                    problems[name] += calls[0]._call(
+                        "verify", name, str(directory), scenario, acked
+                    )
+                except WorkerError as exc:
+                    failed[name] = str(exc)
+                    progress.log(f"[red]{name} failed in {scenario.name}[/red]")
+                finally:
+                    shutil.rmtree(directory.parent, ignore_errors=True)
+                progress.advance()
+    for name in savers:
+        if name in failed or not rounds[name]:
+            continue
+        result.savers[name] = MultiProcessPoint(
+            turns_per_s=percentile(rounds[name], 50),
+            rounds_per_s=rounds[name],
+            turns=turns[name],
+            errors=len(errors[name]),
+            problems=problems[name] + [e.strip().splitlines()[-1] for e in errors[name]],
+        )
+    return result
+
+
+def multiprocess_failures(result: MultiProcessResult) -> list[str]:
+    """One line per saver of the multi-process scenario that raised, lost a turn or
+    could not run; empty when every acknowledged turn of every saver is present."""
+    lines = [f"{result.scenario}: {n} raised: {err.strip()}" for n, err in result.failed.items()]
+    for name, point in result.savers.items():
+        if point.errors:
+            lines.append(f"{result.scenario}: {name} had {point.errors} failed invokes")
+        for problem in point.problems:
+            lines.append(f"{result.scenario}: {name}: {problem}")
+    return lines
+
+
 # --------------------------------------------------------------------------- transport
 
 
@@ -731,9 +1065,11 @@ class WorkerHandle:
         baseline, peak = self._call("rss")
         return baseline, peak
 
-    def throughput(self, scenario: ThroughputScenario, threads: int) -> ThroughputRound:
+    def throughput(
+        self, scenario: ThroughputScenario, threads: int, durability: str | None = None
+    ) -> ThroughputRound:
         """See :meth:`SaverWorker.throughput`."""
-        result: ThroughputRound = self._call("throughput", scenario, threads)
+        result: ThroughputRound = self._call("throughput", scenario, threads, durability)
         return result
 
     def puts(self, scenario: ThroughputScenario, threads: int) -> ThroughputRound:
@@ -767,12 +1103,17 @@ class _PendingProcess:
     ~1 s of imports on the two cores instead of paying them one after another.
     """
 
-    def __init__(self, name: str, ctx: PeerContext) -> None:
+    def __init__(
+        self,
+        name: str,
+        ctx: PeerContext,
+        target: Callable[[multiprocessing.connection.Connection, str, PeerContext], None] = _serve,
+    ) -> None:
         mp = multiprocessing.get_context("spawn")
         self.name = name
         self.conn, child = mp.Pipe()
         self.proc = mp.Process(
-            target=_serve, args=(child, name, ctx), name=f"bench-{name}", daemon=True
+            target=target, args=(child, name, ctx), name=f"bench-{name}", daemon=True
         )
         # The child ignores Ctrl-C from its first instruction: an ignored signal
         # stays ignored across exec (and Python keeps it so), so a SIGINT that
@@ -1044,6 +1385,15 @@ def _floor_last100(floors: Sequence[int]) -> float:
     return sum(span) / len(span)
 
 
+def _bytes_per_turn(series: Sequence[tuple[int, int]], first: int, last: int) -> float | None:
+    """Bytes added per turn from after turn ``first`` to after turn ``last``, or
+    ``None`` when either turn was not sampled."""
+    at = dict(series)
+    if first not in at or last not in at or last <= first:
+        return None
+    return (at[last] - at[first]) / (last - first)
+
+
 def _summarise(
     res: SaverChatResult, scenario: ChatScenario, timings: dict[str, list[float]]
 ) -> None:
@@ -1055,6 +1405,12 @@ def _summarise(
         base_turn, base_bytes = earlier[-1] if earlier else res.bytes_series[0]
         span = last_turn - base_turn
         res.bytes_per_turn_last100 = (res.total_bytes - base_bytes) / span if span else None
+        windows = scenario.scale_windows()
+        if windows is not None:
+            early, late = (_bytes_per_turn(res.bytes_series, *w) for w in windows)
+            res.bytes_per_turn_early, res.bytes_per_turn_late = early, late
+            if early and late is not None:
+                res.scale_ratio = late / early
     if res.invoke_ms:
         window = min(LATENCY_WINDOW, max(1, len(res.invoke_ms) // 2))
         res.invoke_early = LatencyStats.of_seconds([x / 1000 for x in res.invoke_ms[:window]])
@@ -1081,33 +1437,44 @@ def run_throughput(
     """
     errors: dict[str, str] = {}
     rounds: dict[tuple[str, str, int], list[ThroughputRound]] = {}
-    kinds = ("graph", "puts")
+    # Per repeat, in order: graph turns and raw puts at each level, and graph
+    # turns with durability="sync" right after the default ones of its level.
+    jobs: list[tuple[str, int]] = []
+    for threads in scenario.threads:
+        jobs += [("graph", threads), ("puts", threads)]
+        if threads in scenario.sync_threads:
+            jobs.append(("sync", threads))
+    jobs += [("sync", t) for t in scenario.sync_threads if t not in scenario.threads]
+
+    def run(handle: WorkerHandle, kind: str, threads: int) -> ThroughputRound:
+        if kind == "puts":
+            return handle.puts(scenario, threads)
+        return handle.throughput(scenario, threads, "sync" if kind == "sync" else None)
+
     with _handles(names, options, ctx, errors) as handles:
-        total = scenario.repeats * len(scenario.threads) * len(names) * len(kinds)
+        total = scenario.repeats * len(jobs) * len(names)
         progress.start(f"{scenario.name}: rounds", total)
         step = 0
         for _ in range(scenario.repeats):
-            for threads in scenario.threads:
-                for kind in kinds:
-                    for name in _rotate(names, step):
-                        if name in handles and name not in errors:
-                            handle = handles[name]
-                            run = handle.throughput if kind == "graph" else handle.puts
-                            try:
-                                rounds.setdefault((kind, name, threads), []).append(
-                                    run(scenario, threads)
-                                )
-                            except WorkerError as exc:
-                                errors[name] = str(exc)
-                                progress.log(f"[red]{name} failed in {scenario.name}[/red]")
-                        progress.advance()
-                    step += 1
+            for kind, threads in jobs:
+                for name in _rotate(names, step):
+                    if name in handles and name not in errors:
+                        try:
+                            rounds.setdefault((kind, name, threads), []).append(
+                                run(handles[name], kind, threads)
+                            )
+                        except WorkerError as exc:
+                            errors[name] = str(exc)
+                            progress.log(f"[red]{name} failed in {scenario.name}[/red]")
+                    progress.advance()
+                step += 1
 
     def points(kind: str) -> dict[str, list[ThroughputPoint]]:
+        levels = scenario.sync_threads if kind == "sync" else scenario.threads
         return {
             n: [
                 ThroughputPoint.of_rounds(rounds[(kind, n, t)])
-                for t in scenario.threads
+                for t in levels
                 if (kind, n, t) in rounds and n not in errors
             ]
             for n in names
@@ -1122,6 +1489,7 @@ def run_throughput(
         savers=points("graph"),
         errors=errors,
         puts=points("puts"),
+        sync=points("sync"),
     )
 
 
@@ -1159,6 +1527,20 @@ def _meta(plan: BenchPlan, options: RunOptions) -> dict[str, Any]:
             )
         },
     }
+
+
+def _cpu_seconds() -> float | None:
+    """User + system CPU of this process and of its finished workers, in seconds
+    (``None`` where ``resource`` is missing): with the wall time, how loaded the
+    machine was (a run alone on 2 cores takes about this long)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return round(total, 1)
 
 
 def run_bench(
@@ -1202,6 +1584,7 @@ def run_bench(
     failures: list[str] = []
     chat: list[ChatResult] = []
     throughput: ThroughputResult | None = None
+    multiprocess: MultiProcessResult | None = None
     phases: dict[str, float] = {}
     try:
         for scenario in plan.chat:
@@ -1209,10 +1592,12 @@ def run_bench(
             # Each scenario's stores are deleted when it ends: the quadratic
             # add_messages and sf=1 runs hold GBs at 1,000 turns.
             scenario_ctx = dataclasses.replace(ctx, workdir=scratch / scenario.name)
+            here = [n for n in names if n not in scenario.skip_peers]
             try:
-                result = run_chat_scenario(scenario, names, options, scenario_ctx, sink)
+                result = run_chat_scenario(scenario, here, options, scenario_ctx, sink)
             finally:
                 shutil.rmtree(scenario_ctx.workdir, ignore_errors=True)
+            result.skipped_peers = [n for n in names if n not in here]
             phases[scenario.name] = round(time.perf_counter() - phase_start, 1)
             chat.append(result)
             for name, res in result.savers.items():
@@ -1222,15 +1607,28 @@ def run_bench(
                     failures.append(f"{scenario.name}: {name} has a wrong state: {res.mismatch}")
         if plan.throughput is not None:
             phase_start = time.perf_counter()
-            throughput = run_throughput(plan.throughput, names, options, ctx, sink)
+            here = [n for n in names if n not in plan.throughput.skip_peers]
+            throughput = run_throughput(plan.throughput, here, options, ctx, sink)
+            throughput.skipped_peers = [n for n in names if n not in here]
             phases[plan.throughput.name] = round(time.perf_counter() - phase_start, 1)
             for name, err in throughput.errors.items():
                 failures.append(f"{plan.throughput.name}: {name} raised: {err.strip()}")
+        if plan.multiprocess is not None:
+            phase_start = time.perf_counter()
+            multiprocess = run_multiprocess(plan.multiprocess, names, options, ctx, sink)
+            phases[plan.multiprocess.name] = round(time.perf_counter() - phase_start, 1)
+            failures += multiprocess_failures(multiprocess)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     meta["wall_seconds"] = round(time.perf_counter() - started, 1)
+    meta["cpu_seconds"] = _cpu_seconds()
     meta["peers_measured"] = names
     meta["phase_seconds"] = phases
     return BenchResult(
-        meta=meta, peers=peers_info, chat=chat, throughput=throughput, failures=failures
+        meta=meta,
+        peers=peers_info,
+        chat=chat,
+        throughput=throughput,
+        failures=failures,
+        multiprocess=multiprocess,
     )

@@ -30,15 +30,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = [
     "ADD_MESSAGES",
     "CHAT_SCENARIOS",
+    "MULTIPROCESS",
+    "QUICK_REDUNDANT",
     "THROUGHPUT",
     "BenchPlan",
     "ChatScenario",
     "MessagesField",
+    "MultiProcessScenario",
     "ThroughputScenario",
     "all_scenario_names",
     "delta",
@@ -119,6 +122,10 @@ class ChatScenario:
         read_repeats: Repeats of each read measurement (``get_state``,
             ``get_state_history``, delta history); medians are reported.
         history_limit: ``limit`` passed to ``get_state_history``.
+        skip_peers: Savers left out of this scenario (``--quick`` leaves out
+            peers no target of the scenario compares with); the subject and
+            savers named with ``--savers`` are never left out (see
+            :func:`select_plan`).
     """
 
     name: str
@@ -132,6 +139,7 @@ class ChatScenario:
     sample_every: int = 10
     read_repeats: int = 7
     history_limit: int = 20
+    skip_peers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.turns < 1:
@@ -165,12 +173,33 @@ class ChatScenario:
         return text
 
     def sample_turns(self) -> frozenset[int]:
-        """Turn numbers (1-based, after the turn) at which stored bytes are measured."""
+        """Turn numbers (1-based, after the turn) at which stored bytes are measured.
+
+        Besides every ``sample_every``-th turn: turn 1, the last turn, the
+        turn 100 before the end, and the bounds of the two windows of
+        :meth:`scale_windows` (so a 10,000-turn run measures turns
+        9,000–10,000 against 900–1,000 exactly).
+        """
         points = {1, self.turns}
         points.update(range(self.sample_every, self.turns + 1, self.sample_every))
         if self.turns > 100:
             points.add(self.turns - 100)
+        for window in self.scale_windows() or ():
+            points.update(window)
         return frozenset(points)
+
+    def scale_windows(self) -> tuple[tuple[int, int], tuple[int, int]] | None:
+        """The early and late windows of the scale figure (issue 18.5), as turn spans.
+
+        The late window is the last tenth of the run, the early one the tenth
+        of the first tenth that ends at turn ``turns // 10``: turns
+        9,000–10,000 against 900–1,000 for a 10,000-turn run. ``None`` for
+        runs under 1,000 turns, whose early window would be under 10 turns.
+        """
+        if self.turns < 1000:
+            return None
+        tenth = self.turns // 10
+        return (tenth - tenth // 10, tenth), (self.turns - tenth, self.turns)
 
     def with_turns(self, turns: int) -> ChatScenario:
         """Return a copy with a different number of turns."""
@@ -197,6 +226,10 @@ class ThroughputScenario:
         max_turns_per_worker: Upper bound on turns per worker per round.
         repeats: Rounds per (saver, concurrency); the median is reported.
         seed: Seed of the deterministic text generator.
+        sync_threads: Concurrency levels at which graph turns are measured a
+            second time with ``durability="sync"`` (each step's checkpoint
+            written before the next step runs), issue 18.4.
+        skip_peers: Savers left out of this scenario (as :attr:`ChatScenario.skip_peers`).
     """
 
     name: str = "throughput"
@@ -206,10 +239,14 @@ class ThroughputScenario:
     max_turns_per_worker: int = 200
     repeats: int = 3
     seed: int = 7
+    sync_threads: tuple[int, ...] = (16,)
+    skip_peers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.threads or any(n < 1 for n in self.threads):
             raise ValueError(f"threads must be positive ints, got {self.threads!r}")
+        if any(n < 1 for n in self.sync_threads):
+            raise ValueError(f"sync_threads must be positive ints, got {self.sync_threads!r}")
         if self.seconds <= 0:
             raise ValueError(f"seconds must be > 0, got {self.seconds!r}")
         if self.repeats < 1:
@@ -225,19 +262,77 @@ class ThroughputScenario:
         )
 
 
-def _chat(field: MessagesField, **kwargs: int) -> ChatScenario:
+@dataclass(frozen=True)
+class MultiProcessScenario:
+    """Several processes writing one store path at once (issue 18.4).
+
+    ``processes`` worker processes each open the saver on the same path (one
+    LMDB environment, one SQLite file) and run ``threads`` OS threads of
+    chat turns, each thread on its own ``thread_id``, for ``seconds``. A turn
+    counts once its ``invoke`` returned (acknowledged). After each round every
+    thread's final ``messages`` is read back through a fresh saver on the
+    path and compared with :func:`~deltalog.bench.graphs.expected_messages`
+    for the number of turns acknowledged: a lost, duplicated or half-written
+    turn, or any error in a worker, fails the run. Every round gets a fresh
+    path; each saver runs ``repeats`` rounds, interleaved; the median of the
+    turns per second is reported.
+
+    Attributes:
+        name: Scenario name.
+        field: How ``messages`` is declared in the graph that is invoked.
+        processes: Worker processes sharing the path.
+        threads: Threads per process.
+        seconds: Wall-time budget of one round.
+        max_turns_per_thread: Upper bound on turns per thread per round.
+        repeats: Rounds per saver.
+        savers: The savers measured (only those whose store several processes
+            can open at one path: ``deltalog``, ``sqlite``, ``lmdb``).
+        seed: Seed of the deterministic text generator.
+    """
+
+    name: str = "multiprocess"
+    field: MessagesField = dataclasses.field(default_factory=lambda: delta(100))
+    processes: int = 4
+    threads: int = 4
+    seconds: float = 2.0
+    max_turns_per_thread: int = 200
+    repeats: int = 3
+    savers: tuple[str, ...] = ("deltalog", "sqlite")
+    seed: int = 11
+
+    def __post_init__(self) -> None:
+        if self.processes < 1 or self.threads < 1:
+            raise ValueError(
+                f"processes and threads must be >= 1, got {self.processes} and {self.threads}"
+            )
+        if self.seconds <= 0:
+            raise ValueError(f"seconds must be > 0, got {self.seconds!r}")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be >= 1, got {self.repeats!r}")
+
+    def chat(self) -> ChatScenario:
+        """The chat workload each thread runs (short, on its own thread id)."""
+        return ChatScenario(
+            name=f"{self.name}-chat",
+            field=self.field,
+            turns=self.max_turns_per_thread,
+            seed=self.seed,
+        )
+
+
+def _chat(field: MessagesField, **kwargs: Any) -> ChatScenario:
     return ChatScenario(name=f"chat-{field.slug}", field=field, **kwargs)
 
 
-def _agent(field: MessagesField, **kwargs: int) -> ChatScenario:
+def _agent(field: MessagesField, **kwargs: Any) -> ChatScenario:
     return ChatScenario(name=f"agent-{field.slug}", field=field, tool_every=3, **kwargs)
 
 
-def _large(**kwargs: int) -> ChatScenario:
+def _large(**kwargs: Any) -> ChatScenario:
     """The shape of LangGraph's own DeltaChannel benchmark (issue 18): ~10 KB of
     text per turn (a 2,000-character question, an 8,000-character answer) in a
     ``DeltaChannel`` with snapshot_frequency 10, 500 turns at full size."""
-    fields: dict[str, int] = {"turns": 500, "human_chars": 2000, "ai_chars": 8000}
+    fields: dict[str, Any] = {"turns": 500, "human_chars": 2000, "ai_chars": 8000}
     fields.update(kwargs)
     return ChatScenario(name="chat-large-sf10", field=delta(10), **fields)
 
@@ -257,6 +352,9 @@ CHAT_SCENARIOS: tuple[ChatScenario, ...] = (
 #: The throughput workload at its full size.
 THROUGHPUT = ThroughputScenario()
 
+#: The multi-process workload at its full size.
+MULTIPROCESS = MultiProcessScenario()
+
 
 @dataclass(frozen=True)
 class BenchPlan:
@@ -265,10 +363,12 @@ class BenchPlan:
     Attributes:
         chat: Chat scenarios, run one after another (savers interleaved within each).
         throughput: The throughput scenario, or ``None`` to skip it.
+        multiprocess: The multi-process scenario, or ``None`` to skip it.
     """
 
     chat: tuple[ChatScenario, ...]
     throughput: ThroughputScenario | None
+    multiprocess: MultiProcessScenario | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -276,34 +376,61 @@ class BenchPlan:
         names = tuple(s.name for s in self.chat)
         if self.throughput is not None:
             names += (self.throughput.name,)
+        if self.multiprocess is not None:
+            names += (self.multiprocess.name,)
         return names
 
 
 def full_plan() -> BenchPlan:
-    """The default run: every chat scenario at 1,000 turns and throughput at 1/4/16/64."""
-    return BenchPlan(chat=CHAT_SCENARIOS, throughput=THROUGHPUT)
+    """The default run: every chat scenario at its full size, throughput at
+    1/4/16/64 threads and 4 processes × 4 threads on one store."""
+    return BenchPlan(chat=CHAT_SCENARIOS, throughput=THROUGHPUT, multiprocess=MULTIPROCESS)
+
+
+#: Peers ``--quick`` leaves out of a scenario because no target of that
+#: scenario compares with them: AsyncSqliteSaver stores what SqliteSaver
+#: stores, and langgraph-checkpoint-lmdb is neither the best durable peer nor
+#: named by a target. They still run in the full plan.
+QUICK_REDUNDANT: tuple[str, ...] = ("async-sqlite", "lmdb")
 
 
 def quick_plan() -> BenchPlan:
     """The ``--quick`` run, sized to finish in under 5 minutes on 2 cores.
 
     It keeps the 1,000-turn DeltaChannel sf=100 chat that the storage and
-    latency targets are stated at (about 60% of the time: six savers times
+    latency targets are stated at (about 60% of the time: every saver does
     1,000 invokes whose LangGraph-side replay alone costs ~20 ms late in the
     thread), and shortens the quadratic ones: the plain ``add_messages`` chat
     stores the whole list three times per turn (about 1.7 GB at 1,000 turns in
     SQLite), so it runs 200 turns here (~70 MB per file-based saver). The
     large-message chat (~10 KB per turn, sf=10) runs 100 of its 500 turns.
+    Every scenario leaves out the peers no target of it compares with
+    (:data:`QUICK_REDUNDANT`, and PostgreSQL where it is not the best durable
+    peer of a storage target); throughput runs 1, 4 and 16 threads in rounds
+    of 0.5 s, and the multi-process scenario 3 rounds of 0.75 s per saver.
     """
     return BenchPlan(
         chat=(
-            _chat(ADD_MESSAGES, turns=200, read_repeats=5),
-            _chat(delta(100), turns=1000, read_repeats=3),
-            _agent(delta(100), turns=45, read_repeats=3),
-            _large(turns=100, read_repeats=3),
+            _chat(
+                ADD_MESSAGES,
+                turns=200,
+                read_repeats=5,
+                skip_peers=(*QUICK_REDUNDANT, "postgres"),
+            ),
+            _chat(delta(100), turns=1000, read_repeats=3, skip_peers=QUICK_REDUNDANT),
+            _agent(delta(100), turns=45, read_repeats=3, skip_peers=QUICK_REDUNDANT),
+            _large(turns=100, read_repeats=3, skip_peers=(*QUICK_REDUNDANT, "postgres")),
         ),
         throughput=dataclasses.replace(
-            THROUGHPUT, seconds=0.5, repeats=3, max_turns_per_worker=100
+            THROUGHPUT,
+            threads=(1, 4, 16),
+            seconds=0.5,
+            repeats=3,
+            max_turns_per_worker=100,
+            skip_peers=QUICK_REDUNDANT,
+        ),
+        multiprocess=dataclasses.replace(
+            MULTIPROCESS, seconds=0.75, repeats=3, max_turns_per_thread=100
         ),
     )
 
@@ -314,6 +441,7 @@ def select_plan(
     scenarios: Sequence[str] | None = None,
     turns: int | None = None,
     threads: Iterable[int] | None = None,
+    keep_peers: Iterable[str] | None = None,
 ) -> BenchPlan:
     """Narrow or resize a plan according to command-line options.
 
@@ -321,9 +449,14 @@ def select_plan(
         base: The plan to start from (:func:`full_plan` or :func:`quick_plan`).
         scenarios: Scenario names to keep. Names not in ``base`` are looked up
             in :data:`CHAT_SCENARIOS` (so ``--quick --scenario chat-delta-sf10``
-            works); ``"throughput"`` selects the throughput scenario.
+            works); ``"throughput"`` selects the throughput scenario and
+            ``"multiprocess"`` the multi-process one.
         turns: Replace the number of turns of every chat scenario.
-        threads: Replace the concurrency levels of the throughput scenario.
+        threads: Replace the concurrency levels of the throughput scenario
+            (its ``durability="sync"`` rounds run at the levels of
+            ``sync_threads`` still listed, else at the highest level given).
+        keep_peers: Savers no scenario may leave out (the subject, and every
+            saver named with ``--savers``): removed from each ``skip_peers``.
 
     Returns:
         The new plan.
@@ -333,9 +466,11 @@ def select_plan(
     """
     chat = base.chat
     throughput = base.throughput
+    multiprocess = base.multiprocess
     if scenarios is not None:
         known = {s.name: s for s in CHAT_SCENARIOS} | {s.name: s for s in base.chat}
-        unknown = [n for n in scenarios if n not in known and n != THROUGHPUT.name]
+        others = (THROUGHPUT.name, MULTIPROCESS.name)
+        unknown = [n for n in scenarios if n not in known and n not in others]
         if unknown:
             raise ValueError(
                 f"unknown scenario(s) {', '.join(unknown)}; "
@@ -343,15 +478,27 @@ def select_plan(
             )
         chat = tuple(known[n] for n in scenarios if n in known)
         throughput = (throughput or THROUGHPUT) if THROUGHPUT.name in scenarios else None
+        multiprocess = (multiprocess or MULTIPROCESS) if MULTIPROCESS.name in scenarios else None
     if turns is not None:
         if not 1 <= turns <= 10_000:
             raise ValueError(f"turns must be between 1 and 10000, got {turns}")
         chat = tuple(s.with_turns(turns) for s in chat)
     if threads is not None and throughput is not None:
-        throughput = dataclasses.replace(throughput, threads=tuple(threads))
-    return BenchPlan(chat=chat, throughput=throughput)
+        levels = tuple(threads)
+        sync = tuple(t for t in throughput.sync_threads if t in levels) or (max(levels),)
+        throughput = dataclasses.replace(throughput, threads=levels, sync_threads=sync)
+    if keep_peers is not None:
+        keep = set(keep_peers)
+
+        def unskip(skip: tuple[str, ...]) -> tuple[str, ...]:
+            return tuple(p for p in skip if p not in keep)
+
+        chat = tuple(dataclasses.replace(s, skip_peers=unskip(s.skip_peers)) for s in chat)
+        if throughput is not None:
+            throughput = dataclasses.replace(throughput, skip_peers=unskip(throughput.skip_peers))
+    return BenchPlan(chat=chat, throughput=throughput, multiprocess=multiprocess)
 
 
 def all_scenario_names() -> tuple[str, ...]:
     """Every scenario name accepted by ``--scenario``."""
-    return (*(s.name for s in CHAT_SCENARIOS), THROUGHPUT.name)
+    return (*(s.name for s in CHAT_SCENARIOS), THROUGHPUT.name, MULTIPROCESS.name)

@@ -142,8 +142,11 @@ def test_cli_inprocess_writes_json_markdown_and_plots(tmp_path: Path) -> None:
         for kind in ("savers", "puts"):  # graph turns, raw durable puts
             assert [p["threads"] for p in tp[kind][name]] == [1, 2]
             assert all(p["checkpoints_per_s"] > 0 for p in tp[kind][name])
+        # durability="sync" graph turns run at the highest level given (16 is not).
+        assert [p["threads"] for p in tp["sync"][name]] == [2]
+        assert tp["sync"][name][0]["checkpoints_per_s"] > 0
     targets = {t["key"]: t for t in data["targets"]}
-    assert len(targets) == len(TARGETS) == 20
+    assert len(targets) == len(TARGETS) == 24
     if DELTALOG_IMPORTS:  # a target on deltalog's figure itself, not against a peer
         floor_large = targets["floor_large"]
         assert floor_large["status"] in ("PASS", "FAIL") and floor_large["against"] is None
