@@ -48,6 +48,8 @@ __all__ = [
     "RecordCodec",
     "WriteDict",
     "ZstdCompressor",
+    "decode_dictionary",
+    "encode_dictionary",
     "rekey",
 ]
 
@@ -147,6 +149,37 @@ def _seal(framed: bytes, key: bytes | None, prefix: bytes) -> bytes:
     if key is not None:
         framed = bytes((framed[0] | KEYED,)) + framed[1:]
     return framed + zlib.crc32(framed, _seed(framed[0], key, prefix)).to_bytes(CRC_SIZE, "big")
+
+
+def encode_dictionary(key: bytes, dictionary: bytes) -> bytes:
+    """A trained dictionary as stored in ``meta`` under ``key`` (``dict:N``): since
+    format 5 a record framed over its key, so a flipped bit is caught before a
+    record is decompressed with it (zstd frames carry no checksum of their output)."""
+    return _DICT_CODEC.encode(dictionary, key=key)
+
+
+def decode_dictionary(key: bytes, raw: bytes, *, legacy: bool) -> bytes:
+    """The dictionary stored under ``key``; ``legacy`` also reads the plain msgpack
+    bytes of a store older than format 5.
+
+    Raises:
+        CorruptRecordError: The value fails its CRC, or is not a dictionary.
+    """
+    what = f"meta/{key.decode('ascii', 'replace')}"
+    if raw[:1] and raw[0] & KEYED:
+        found = _DICT_CODEC.decode(raw, what, key=key)
+    elif legacy:
+        try:
+            found = ormsgpack.unpackb(raw)
+        except Exception as exc:
+            raise CorruptRecordError(f"record {what} cannot be decoded ({exc})") from exc
+    else:
+        raise CorruptRecordError(
+            f"record {what} is not framed with its CRC (format 5); run `deltalog verify`"
+        )
+    if not isinstance(found, bytes):
+        raise CorruptRecordError(f"record {what} holds no dictionary ({type(found).__name__})")
+    return found
 
 
 class DeltaHeader(NamedTuple):
@@ -595,3 +628,7 @@ class RecordCodec:
                 f"record {what} cannot be decoded ({type(exc).__name__}: {exc}); run "
                 "`deltalog verify` to list damaged records and restore them from a backup"
             ) from exc
+
+
+# Frames trained dictionaries (encode_dictionary): plain, never compressed with one.
+_DICT_CODEC: Final = RecordCodec(compress_threshold=None)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final, TypeVar
 
 import lmdb
-import ormsgpack
+from deltalog.engine.codec import encode_dictionary
 from deltalog.engine.env_files import (
     PARTIAL_SUFFIX,
     fsync_dir,
@@ -28,6 +28,7 @@ from deltalog.engine.env_files import (
 )
 from deltalog.engine.env_open import IN_WRITE_OP, LIVE_ENVIRONMENTS, EnvironmentBase
 from deltalog.engine.errors import (
+    CorruptRecordError,
     DeltaLogError,
     InvalidInputError,
     StoreFullError,
@@ -346,12 +347,18 @@ class Environment(EnvironmentBase):
         process may have trained it after this one opened the store. Until
         this process knows it, each transaction looks for it (one get), so
         the codec is given every dictionary a record of this snapshot can name.
+        A damaged dictionary is not handed over: the records that need it fail
+        to decode (CorruptRecordError) and ``verify`` reports it; others read.
         """
         if self.codec.dictionaries:
             return
         if txn.get(b"dict:1", db=self._dbs.meta) is None:
             return
-        found = ReadTxn(self, txn).dictionaries()
+        try:
+            found = ReadTxn(self, txn).dictionaries()
+        except CorruptRecordError as exc:
+            logger.warning("the record dictionary of %s is damaged: %s", self.path, exc)
+            return
         for dict_id, dictionary in found:
             self.codec.install(dict_id, dictionary, activate=dict_id == found[-1][0])
 
@@ -378,7 +385,7 @@ class Environment(EnvironmentBase):
                     dict_id, dictionary = existing[-1]
                 else:
                     dict_id, dictionary = 1, trained
-                    txn.put(b"dict:1", ormsgpack.packb(trained), db=self._dbs.meta)
+                    txn.put(b"dict:1", encode_dictionary(b"dict:1", trained), db=self._dbs.meta)
                 txn.commit()
                 self.memo.committed(txn_id)
             except lmdb.MapFullError:

@@ -183,6 +183,8 @@ class EnvironmentBase:
         self._name_ids: NameCache[tuple[bytes, str], int] = NameCache(caches.name_entries)
         self._names: NameCache[tuple[bytes, int], str] = NameCache(caches.name_entries)
         self._names_crc = False
+        # The format this process reads the store as (set by _init_dbs).
+        self.format_version: int = keys.FORMAT_VERSION
         self._closed = False
         self._open()
 
@@ -388,11 +390,10 @@ class EnvironmentBase:
             version = read_format_version(
                 r.txn.get(b"format_version", db=self._dbs.meta), self.path
             )
-            dictionaries = r.dictionaries()
-        for dict_id, dictionary in dictionaries:
-            self.codec.install(dict_id, dictionary, activate=dict_id == dictionaries[-1][0])
+        self.format_version = version
         if version != keys.FORMAT_VERSION and not self.readonly:
             version = self._migrate()
+        self.format_version = version
         self._names_crc = version >= NAMES_CRC_FORMAT
 
     def _migrate(self) -> int:

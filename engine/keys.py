@@ -90,6 +90,7 @@ from ulid import ULID
 
 __all__ = [
     "FORMAT_VERSION",
+    "KEYED_FORMAT",
     "KIND_CHANNEL",
     "KIND_NS",
     "KIND_THREAD",
@@ -145,6 +146,8 @@ FORMAT_VERSION: Final = 5
 #: writes, blobs). A writable open upgrades an older store through
 #: :data:`deltalog.engine.migrations.MIGRATIONS`; a read-only open reads it as it is.
 READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5})
+#: The first format whose records (and trained dictionaries) carry a CRC over their key.
+KEYED_FORMAT: Final = 5
 #: ``meta`` key prefix of the write-dependency marks (``wdep_key``).
 WDEP: Final = b"wdep"
 MAX_KEY: Final = 511

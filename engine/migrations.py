@@ -15,7 +15,8 @@ step        what changes on disk
             checkpoint records
 3 → 4       every ``names`` and ``names_rev`` record is rewritten with a
             CRC-32 over its key and value (:mod:`deltalog.engine.names`)
-4 → 5       every ``checkpoints``, ``writes`` and ``blobs`` record is re-framed
+4 → 5       every ``checkpoints``, ``writes`` and ``blobs`` record (and the
+            trained dictionary, ``meta/dict:N``) is re-framed
             with a CRC-32 that also covers its key (tag bit
             :data:`~deltalog.engine.codec.KEYED`); nothing is decompressed. A
             record that fails its CRC is left as it was (reads and ``verify``
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from deltalog.engine import keys
-from deltalog.engine.codec import rekey
+from deltalog.engine.codec import decode_dictionary, encode_dictionary, rekey
 from deltalog.engine.envelope import split_write_value
 from deltalog.engine.errors import CorruptRecordError
 from deltalog.engine.names import (
@@ -53,6 +54,7 @@ class NameDbs(Protocol):
     checkpoints: Any
     writes: Any
     blobs: Any
+    meta: Any
 
 
 Migration = Callable[[Any, NameDbs], None]
@@ -101,6 +103,18 @@ def key_records(txn: Any, dbs: NameDbs) -> None:
             except CorruptRecordError:
                 continue  # damaged: left for reads and verify to report
             txn.put(key, value, db=db)
+    cur = txn.cursor(db=dbs.meta)
+    found = cur.set_range(b"dict:")
+    dicts: list[tuple[bytes, bytes]] = []
+    while found and bytes(cur.key()).startswith(b"dict:"):
+        dicts.append((bytes(cur.key()), bytes(cur.value())))
+        found = cur.next()
+    for key, raw in dicts:
+        try:
+            dictionary = decode_dictionary(key, raw, legacy=True)
+        except CorruptRecordError:
+            continue  # damaged: left for verify to report
+        txn.put(key, encode_dictionary(key, dictionary), db=dbs.meta)
 
 
 MIGRATIONS: Final[tuple[tuple[int, int, Migration], ...]] = (

@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-import ormsgpack
 from deltalog.engine import keys
+from deltalog.engine.codec import decode_dictionary
 from deltalog.engine.core import Plan
 from deltalog.engine.envelope import (
     CheckpointEnvelope,
     inline_of,
     split_write_value,
 )
+from deltalog.engine.errors import CorruptRecordError
 from deltalog.engine.history import HistoryReads
 from deltalog.engine.store_rows import (
     ThreadSummary,
@@ -302,11 +303,21 @@ class QueryReads(HistoryReads):
         return out
 
     def dictionaries(self) -> list[tuple[int, bytes]]:
-        """Trained record dictionaries stored in ``meta`` (``dict:N``), by id."""
+        """Trained record dictionaries stored in ``meta`` (``dict:N``), by id, CRC-checked.
+
+        Raises:
+            CorruptRecordError: A dictionary record is damaged (naming it).
+        """
         out: list[tuple[int, bytes]] = []
+        legacy = self.store.format_version < keys.KEYED_FORMAT
         cur = self.txn.cursor(db=self.dbs.meta)
         ok = cur.set_range(b"dict:")
         while ok and cur.key().startswith(b"dict:"):
-            out.append((int(cur.key()[5:]), ormsgpack.unpackb(cur.value())))
+            key = bytes(cur.key())
+            try:
+                dict_id = int(key[5:])
+            except ValueError as exc:
+                raise CorruptRecordError(f"meta key {key!r} is damaged") from exc
+            out.append((dict_id, decode_dictionary(key, cur.value(), legacy=legacy)))
             ok = cur.next()
         return sorted(out)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 import lmdb
 from deltalog.engine import keys
+from deltalog.engine.codec import decode_dictionary
 from deltalog.engine.envelope import (
     split_write_value,
 )
@@ -95,6 +96,7 @@ class TableCheck:
     def __init__(self, r: ReadTxn) -> None:
         self.out: list[tuple[str, str | None, str]] = []
         self.crc = r._names_crc()
+        self.legacy_dictionaries = r.store.format_version < keys.KEYED_FORMAT
         try:
             seq = r.meta("name_seq") or 0
         except ValueError as exc:  # not msgpack
@@ -203,6 +205,8 @@ class TableCheck:
         self.need(keys.KIND_NS, n)
 
     def check_meta(self, key: bytes, raw: bytes) -> None:
+        if key.startswith(b"dict:"):
+            decode_dictionary(key, raw, legacy=self.legacy_dictionaries)
         if key.startswith(keys.WDEP):
             ids, end = keys.split_ids(key[len(keys.WDEP) :], 3)
             if end != len(key) - len(keys.WDEP):

@@ -94,3 +94,37 @@ def test_flipped_key_bits_never_serve_another_threads_record(db: str, tmp_path: 
             assert not report.ok, (trial, db, key.hex(), new_key.hex())
     if db != "blobs":  # a moved blob lands on a version no checkpoint names
         assert moved_elsewhere > 0  # some flips were read, and refused
+
+
+def test_a_flipped_bit_in_the_trained_dictionary_is_damage_not_different_data(
+    tmp_path: Path,
+) -> None:
+    """Issue 15 (meta records): zstd frames carry no checksum of what they decompress to,
+    so the dictionary itself is CRC-checked (format 5): with one bit of ``dict:1``
+    flipped, every read of a record compressed with it raises CorruptRecordError (never
+    other values), the store still opens, and verify reports ``meta/dict:1``."""
+    from deltalog.engine.codec import KEYED, TAG_DICT
+
+    from tests.graphs import chat_graph, human
+
+    pristine = tmp_path / "pristine"
+    with DeltaLogSaver.from_path(pristine) as saver:
+        graph = chat_graph(None).compile(checkpointer=saver)
+        for turn in range(120):
+            graph.invoke({"messages": [human(turn)]}, cfg("chat"))
+        assert saver.store.codec.active_dictionary == 1
+    (key, raw), *_ = [(k, v) for k, v in _rows(pristine, "meta") if k == b"dict:1"]
+    assert raw[0] & KEYED
+    assert any(v[0] & ~KEYED == TAG_DICT for _, v in _rows(pristine, "checkpoints"))
+    rng = random.Random("dictionary-flips")
+    for trial in range(8):
+        path = tmp_path / f"trial-{trial}"
+        path.mkdir()
+        (path / "data.mdb").write_bytes((pristine / "data.mdb").read_bytes())
+        _replace(path, "meta", key, key, _flip(rng, raw))
+        with DeltaLogSaver.from_path(path) as saver:
+            with pytest.raises(CorruptRecordError):
+                list(saver.list(cfg("chat")))
+            report = saver.verify()
+            assert not report.ok
+            assert any("dict:1" in p.detail or "646963743a31" in p.detail for p in report.problems)
