@@ -27,7 +27,6 @@ import os
 import shutil
 import tempfile
 import threading
-import uuid
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -50,6 +49,17 @@ from deltalog.channels.replay import ChannelSource, delta_channels, replay_histo
 from deltalog.engine import keys
 from deltalog.engine.cache import DecodedCache, HistoryCopies, gc_paused
 from deltalog.engine.codec import RecordCodec
+from deltalog.engine.config import (
+    MEMORY,
+    before_checkpoint_id,
+    check_open_options,
+    checkpoint_config,
+    cutoff_of,
+    delta_counters,
+    parse_config,
+    thread_id_of,
+    thread_list,
+)
 from deltalog.engine.core import Node, Plan, plan_delete, plan_keep
 from deltalog.engine.errors import (
     ConcurrentChangeError,
@@ -109,8 +119,8 @@ _REDUCER_WITNESSES: Final = 2
 # Tuples alist decodes per worker-thread hop: a hop costs ~50 us; one tuple
 # of a long thread can cost milliseconds, and a caller may stop early.
 _ALIST_BATCH: Final = 4
-# The path that opens a temporary store, as SQLite's ":memory:" database.
-MEMORY: Final = ":memory:"
+# memory.py opens its environment as from_path does, through these names.
+_check_open_options = check_open_options
 
 
 class DeltaLogSaver(
@@ -213,7 +223,7 @@ class DeltaLogSaver(
             NotAStoreError: ``path`` holds something other than a deltalog store.
         """
         path = store_folder(path)
-        _check_open_options(compress_threshold=compress_threshold, cache_bytes=cache_bytes)
+        check_open_options(compress_threshold=compress_threshold, cache_bytes=cache_bytes)
         options = {
             "map_size": map_size,
             "max_map_size": max_map_size,
@@ -394,11 +404,11 @@ class DeltaLogSaver(
         checkpoint["channel_versions"] = dict(row.channel_versions)
         checkpoint["channel_values"] = {k: self._load(v) for k, v in row.values.items()}
         return CheckpointTuple(
-            config=_config(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
+            config=checkpoint_config(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
             checkpoint=checkpoint,
             metadata=loads(row.metadata),
             parent_config=(
-                _config(row.thread_id, row.checkpoint_ns, row.parent_id)
+                checkpoint_config(row.thread_id, row.checkpoint_ns, row.parent_id)
                 if row.parent_id is not None
                 else None
             ),
@@ -420,7 +430,7 @@ class DeltaLogSaver(
         Raises:
             ConfigError: The config has no usable ``thread_id``.
         """
-        thread_id, checkpoint_ns, checkpoint_id = _parse_config(config)
+        thread_id, checkpoint_ns, checkpoint_id = parse_config(config)
         with self.store.read() as r:
             ids = r.ids(thread_id, checkpoint_ns)
             row = r.checkpoint(*ids, checkpoint_id) if ids is not None else None
@@ -455,10 +465,10 @@ class DeltaLogSaver(
         if config is None:
             scope: tuple[str, str | None] | None = None
         else:
-            thread_id, _, only_id = _parse_config(config)
+            thread_id, _, only_id = parse_config(config)
             ns = config["configurable"].get("checkpoint_ns")
             scope = (thread_id, ns)
-        before_id = _before_id(before)
+        before_id = before_checkpoint_id(before)
         before_key = keys.encode_id(before_id) if before_id is not None else None
         remaining = limit
         if remaining is not None and remaining <= 0:
@@ -551,7 +561,7 @@ class DeltaLogSaver(
         """
         if not channels:
             return {}
-        thread_id, checkpoint_ns, checkpoint_id = _parse_config(config)
+        thread_id, checkpoint_ns, checkpoint_id = parse_config(config)
         with self.store.read() as r:
             ids = r.ids(thread_id, checkpoint_ns)
             raw = (
@@ -628,7 +638,7 @@ class DeltaLogSaver(
                 inline[channel] = typed
             else:
                 blobs.append(BlobRow(channel, version, typed))
-        thread_id, checkpoint_ns, parent_id = _parse_config(config)
+        thread_id, checkpoint_ns, parent_id = parse_config(config)
         checkpoint_id = checkpoint["id"]
         keys.encode_id(checkpoint_id)
         if parent_id is not None:
@@ -648,7 +658,7 @@ class DeltaLogSaver(
         run = None if run_id is None else str(run_id)
         # Delta channels this checkpoint rebuilds by replay: what prune and
         # delete_for_runs must keep a chain (or write a seed) for (R7).
-        delta = _delta_counters(full_metadata.get("counters_since_delta_snapshot"))
+        delta = delta_counters(full_metadata.get("counters_since_delta_snapshot"))
         for channel in [c for c in inline if c not in versions]:
             # A value the checkpoint has no version of is no part of it: a blob
             # stores it as before, where no read finds it.
@@ -686,7 +696,7 @@ class DeltaLogSaver(
                 fallback=fallback,
             )
 
-        return op, _config(thread_id, checkpoint_ns, checkpoint_id)
+        return op, checkpoint_config(thread_id, checkpoint_ns, checkpoint_id)
 
     def put(
         self,
@@ -721,7 +731,7 @@ class DeltaLogSaver(
         task_id: str,
         task_path: str,
     ) -> Callable[[WriteTxn], None]:
-        thread_id, checkpoint_ns, checkpoint_id = _parse_config(config)
+        thread_id, checkpoint_ns, checkpoint_id = parse_config(config)
         if checkpoint_id is None:
             raise ConfigError(
                 "put_writes needs configurable.checkpoint_id (the checkpoint the writes "
@@ -792,7 +802,7 @@ class DeltaLogSaver(
         Args:
             thread_id: The thread to delete; unknown threads are a no-op.
         """
-        tid = _thread_id(thread_id)
+        tid = thread_id_of(thread_id)
         self.store.write(lambda w: w.delete_thread(tid))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
@@ -841,7 +851,7 @@ class DeltaLogSaver(
             ThreadExistsError: The target already has checkpoints (no merge).
             InvalidInputError: Source and target are the same thread.
         """
-        src, dst = _thread_id(source_thread_id), _thread_id(target_thread_id)
+        src, dst = thread_id_of(source_thread_id), thread_id_of(target_thread_id)
         if src == dst:
             raise InvalidInputError(
                 f"copy_thread: source and target are both {src!r}; pick a new thread_id"
@@ -899,7 +909,7 @@ class DeltaLogSaver(
         Raises:
             InvalidInputError: Bad arguments (raised before anything is written).
         """
-        tids = _thread_list(thread_ids, "thread_ids")
+        tids = thread_list(thread_ids, "thread_ids")
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInputError(
                 f"strategy {strategy!r} is unknown; use 'keep_latest' or 'delete'"
@@ -908,7 +918,7 @@ class DeltaLogSaver(
             not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1
         ):
             raise InvalidInputError(f"keep_last {keep_last!r} must be an int >= 1")
-        cutoff = _cutoff(older_than)
+        cutoff = cutoff_of(older_than)
         if strategy == "delete" and (keep_last is not None or cutoff is not None):
             raise InvalidInputError(
                 "strategy 'delete' removes whole threads; keep_last/older_than go with 'keep_latest'"
@@ -959,7 +969,7 @@ class DeltaLogSaver(
         Raises:
             DeltaChainError: A kept checkpoint's delta chain would be cut.
         """
-        runs = _thread_list(run_ids, "run_ids")
+        runs = thread_list(run_ids, "run_ids")
         specs = _specs(reducers)
         with self.store.read() as r:
             doomed: dict[tuple[int, int], set[str]] = {}
@@ -1196,7 +1206,7 @@ class DeltaLogSaver(
             except DeltaLogError as exc:  # LMDB damage on the way through the threads
                 report.problems.append(Problem("unreadable", "error", None, None, None, str(exc)))
         else:
-            groups = [(tid, None) for tid in _thread_list(thread_ids, "thread_ids")]
+            groups = [(tid, None) for tid in thread_list(thread_ids, "thread_ids")]
         for thread_id, tid in groups:
             report.threads += 1
             try:
@@ -1284,7 +1294,7 @@ class DeltaLogSaver(
         Hidden checkpoints (kept only for a delta chain) are included. Reads
         record envelopes only, so walking a large thread's shape is cheap.
         """
-        tid = _thread_id(thread_id)
+        tid = thread_id_of(thread_id)
         with self.store.read() as r:
             t = r.name_id(keys.KIND_THREAD, tid)
             return [] if t is None else r.checkpoint_refs(t)
@@ -1295,7 +1305,7 @@ class DeltaLogSaver(
         ``pending_writes`` drops the path; migration to another saver needs it
         to keep ``writes_sort_key`` order there.
         """
-        thread_id, checkpoint_ns, checkpoint_id = _parse_config(config)
+        thread_id, checkpoint_ns, checkpoint_id = parse_config(config)
         with self.store.read() as r:
             ids = r.ids(thread_id, checkpoint_ns)
             row = r.checkpoint(*ids, checkpoint_id, with_values=False) if ids else None
@@ -1325,7 +1335,7 @@ class DeltaLogSaver(
             if thread_ids is None:
                 tids = [r.name_of(keys.KIND_THREAD, t) for t in r.threads()]
             else:
-                tids = _thread_list(thread_ids, "thread_ids")
+                tids = thread_list(thread_ids, "thread_ids")
         for thread_id in tids:
             with self.store.read() as r:
                 t = r.name_id(keys.KIND_THREAD, thread_id)
@@ -1451,7 +1461,7 @@ class DeltaLogSaver(
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Async :meth:`delete_thread`."""
-        tid = _thread_id(thread_id)
+        tid = thread_id_of(thread_id)
         await self._in_writer(lambda w: w.delete_thread(tid))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> CopyReport:  # type: ignore[override]  # returns a report; base returns None
@@ -1574,16 +1584,6 @@ class _Done:
 _DONE: Final = _Done()
 
 
-def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str | None) -> RunnableConfig:
-    return {
-        "configurable": {
-            "thread_id": thread_id,
-            "checkpoint_ns": checkpoint_ns,
-            "checkpoint_id": checkpoint_id,
-        }
-    }
-
-
 def _serde_mismatch(
     serde: SerializerProtocol, type_tag: Any, what: str, error: Exception | None
 ) -> SerdeMismatchError:
@@ -1617,17 +1617,6 @@ def _serde_mismatch(
     )
 
 
-def _thread_id(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, uuid.UUID) or (isinstance(value, int) and not isinstance(value, bool)):
-        return str(value)
-    raise ConfigError(
-        f"thread_id {value!r} is a {type(value).__name__}; pass a str (ints and UUIDs are "
-        "converted with str())"
-    )
-
-
 def _settle(done: asyncio.Future[T], error: BaseException | None, value: T | None) -> None:
     """Resolve an async write's future on its event loop (unless it was cancelled)."""
     if done.done():
@@ -1636,48 +1625,6 @@ def _settle(done: asyncio.Future[T], error: BaseException | None, value: T | Non
         done.set_exception(error)
     else:
         done.set_result(value)  # type: ignore[arg-type]
-
-
-def _parse_config(config: Any) -> tuple[str, str, str | None]:
-    """(thread_id, checkpoint_ns, checkpoint_id) of a config, validated (R9)."""
-    if not isinstance(config, Mapping):
-        raise ConfigError(
-            f"config {config!r:.80} is not a mapping; pass {{'configurable': {{'thread_id': ...}}}}"
-        )
-    conf = config.get("configurable")
-    if not isinstance(conf, Mapping) or conf.get("thread_id") is None:
-        raise ConfigError(
-            "config has no configurable.thread_id; pass "
-            "{'configurable': {'thread_id': 'my-thread'}} when invoking the graph"
-        )
-    thread_id = _thread_id(conf["thread_id"])
-    ns = conf.get("checkpoint_ns") or ""
-    if not isinstance(ns, str):
-        raise ConfigError(f"checkpoint_ns {ns!r} is a {type(ns).__name__}; pass a str")
-    return thread_id, ns, _checkpoint_id_of(conf, "checkpoint_id")
-
-
-def _checkpoint_id_of(conf: Mapping[str, Any], what: str) -> str | None:
-    """``conf["checkpoint_id"]`` (None when absent or empty), checked to be a str."""
-    checkpoint_id = conf.get("checkpoint_id") or None
-    if checkpoint_id is not None and not isinstance(checkpoint_id, str):
-        raise ConfigError(
-            f"{what} {checkpoint_id!r} is a {type(checkpoint_id).__name__}; pass a str"
-        )
-    return checkpoint_id
-
-
-def _before_id(before: Any) -> str | None:
-    """The checkpoint id of ``list``'s ``before`` config. Only the id counts: LangGraph's
-    replay passes ``{"configurable": {"checkpoint_id": ...}}`` with no thread_id."""
-    if before is None:
-        return None
-    if not isinstance(before, Mapping) or not isinstance(before.get("configurable"), Mapping):
-        raise ConfigError(
-            f"before {before!r:.80} is not a config; pass "
-            "{'configurable': {'checkpoint_id': ...}}"
-        )
-    return _checkpoint_id_of(before["configurable"], "before's checkpoint_id")
 
 
 def _apply_plans(
@@ -1774,24 +1721,6 @@ def _release_shared(store: Store) -> None:
     store.close()
 
 
-def _check_open_options(*, compress_threshold: Any, cache_bytes: Any) -> None:
-    """The saver's own options of :meth:`DeltaLogSaver.from_path` (R9; the store checks its own)."""
-    if compress_threshold is not None and (
-        isinstance(compress_threshold, bool)
-        or not isinstance(compress_threshold, int)
-        or compress_threshold < 0
-    ):
-        raise InvalidInputError(
-            f"compress_threshold={compress_threshold!r}: need a byte count >= 0 (e.g. 512), "
-            "or None to turn compression off"
-        )
-    if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
-        raise InvalidInputError(
-            f"cache_bytes={cache_bytes!r}: need a byte count >= 0 (e.g. 64 * 1024**2), or 0 to "
-            "turn the cache off"
-        )
-
-
 def _delete_threads(w: WriteTxn, *, thread_ids: list[str]) -> None:
     for thread_id in thread_ids:
         w.delete_thread(thread_id)
@@ -1811,46 +1740,6 @@ class _Group:
     timestamps: dict[str, datetime] = field(default_factory=dict)
 
 
-def _delta_counters(counters: Any) -> list[str]:
-    """The channels of ``counters_since_delta_snapshot`` (``{channel: (updates, supersteps)}``).
-
-    Raises:
-        InvalidInputError: The field is not such a mapping (checked before any write).
-    """
-    if not counters:
-        return []
-    if not isinstance(counters, Mapping):
-        raise InvalidInputError(
-            f"metadata counters_since_delta_snapshot {counters!r:.80} is not a mapping; pass "
-            "{channel: (updates, supersteps)} as LangGraph writes it, or leave it out"
-        )
-    for channel, pair in counters.items():
-        ints = (
-            isinstance(pair, (tuple, list))
-            and len(pair) == 2
-            and all(isinstance(n, int) and not isinstance(n, bool) for n in pair)
-        ) or (isinstance(pair, int) and not isinstance(pair, bool))
-        if not isinstance(channel, str) or not ints:
-            raise InvalidInputError(
-                f"metadata counters_since_delta_snapshot entry {channel!r}: {pair!r:.80} is not "
-                "a channel name with (updates, supersteps) ints; pass "
-                "{channel: (updates, supersteps)} as LangGraph writes it, or leave it out"
-            )
-    return sorted(counters)
-
-
-def _thread_list(value: Any, what: str) -> list[str]:
-    if isinstance(value, (str, bytes)):
-        raise InvalidInputError(
-            f"{what} {value!r} is a single string; pass a list, e.g. [{value!r}]"
-        )
-    try:
-        items = list(value)
-    except TypeError:
-        raise InvalidInputError(f"{what} {value!r} is not a list of strings") from None
-    return [_thread_id(v) for v in items]
-
-
 def _specs(reducers: ChannelSource | None) -> dict[str, Any]:
     if reducers is None:
         return {}
@@ -1860,23 +1749,6 @@ def _specs(reducers: ChannelSource | None) -> dict[str, Any]:
         raise InvalidInputError(
             f"reducers {reducers!r:.80}: {exc}; pass the compiled graph or {{channel: reducer}}"
         ) from None
-
-
-def _cutoff(older_than: timedelta | datetime | None) -> datetime | None:
-    if older_than is None:
-        return None
-    if isinstance(older_than, timedelta):
-        if older_than < timedelta(0):
-            raise InvalidInputError(f"older_than {older_than!r} is negative; pass a positive age")
-        return datetime.now(timezone.utc) - older_than
-    if isinstance(older_than, datetime):
-        if older_than.tzinfo is None:
-            raise InvalidInputError(
-                f"older_than {older_than!r} has no time zone; pass an aware datetime "
-                "(e.g. datetime.now(timezone.utc) - timedelta(days=7))"
-            )
-        return older_than
-    raise InvalidInputError(f"older_than {older_than!r} is neither a timedelta nor a datetime")
 
 
 def _parse_ts(ts: Any) -> datetime:

@@ -47,6 +47,7 @@ LAYERS: dict[str, str] = {
     "deltalog.engine.import_check": "format",
     "deltalog.engine.names": "format",
     "deltalog.engine.migrations": "format",
+    "deltalog.engine.config": "format",
     # plain rows and the errors
     "deltalog.engine.store_rows": "rows",
     "deltalog.engine.errors": "rows",
