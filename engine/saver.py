@@ -40,12 +40,11 @@ from collections.abc import (
 )
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
-from deltalog.channels.replay import ChannelSource, delta_channels, replay_history
+from deltalog.channels.replay import ChannelSource
 from deltalog.engine import keys
 from deltalog.engine.cache import DecodedCache, HistoryCopies, gc_paused
 from deltalog.engine.codec import RecordCodec
@@ -54,26 +53,19 @@ from deltalog.engine.config import (
     before_checkpoint_id,
     check_open_options,
     checkpoint_config,
-    cutoff_of,
     delta_counters,
     parse_config,
     thread_id_of,
     thread_list,
 )
-from deltalog.engine.core import Node, Plan, plan_delete, plan_keep
 from deltalog.engine.errors import (
-    ConcurrentChangeError,
     ConfigError,
-    DeltaChainError,
-    DeltaLogError,
     InvalidInputError,
-    ReducerMismatchError,
-    SerdeMismatchError,
-    UndecryptableValueError,
 )
 from deltalog.engine.import_check import EXPORT_FORMAT, EXPORT_VERSION, check_import
-from deltalog.engine.reports import CompactReport, CopyReport, Problem, RemovalReport, VerifyReport
-from deltalog.engine.store import INLINE_MAX, ReadTxn, Store, WriteTxn, store_folder
+from deltalog.engine.maintenance import Maintenance
+from deltalog.engine.reports import CompactReport, CopyReport, RemovalReport, VerifyReport
+from deltalog.engine.store import INLINE_MAX, Store, WriteTxn, store_folder
 from deltalog.engine.store_rows import (
     BlobRow,
     CheckpointRow,
@@ -83,6 +75,7 @@ from deltalog.engine.store_rows import (
     Typed,
     WriteRow,
 )
+from deltalog.engine.values import dumps, load, loads, to_tuple
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -95,7 +88,6 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.store.base import IndexConfig, TTLConfig
 
 if TYPE_CHECKING:
@@ -113,9 +105,6 @@ _LIST_CHUNK = 32
 # such as enums go to blobs). The same set LangGraph's PostgresSaver keeps in
 # its checkpoint row; lists and dicts (growing values, delta seeds) never.
 _SCALARS: Final = frozenset({type(None), bool, int, float, str})
-# Stored snapshots a re-seeding prune replays to check the caller's reducer
-# against, per re-seeded channel (see DeltaLogSaver._check_reducer).
-_REDUCER_WITNESSES: Final = 2
 # Tuples alist decodes per worker-thread hop: a hop costs ~50 us; one tuple
 # of a long thread can cost milliseconds, and a caller may stop early.
 _ALIST_BATCH: Final = 4
@@ -325,38 +314,15 @@ class DeltaLogSaver(
     # -- serialization helpers -----------------------------------------------------------
 
     def _dumps(self, value: Any, what: str) -> Typed:
-        try:
-            return self.serde.dumps_typed(value)
-        except Exception as exc:
-            raise InvalidInputError(
-                f"{what} of type {type(value).__name__} cannot be serialized by "
-                f"{type(self.serde).__name__} ({type(exc).__name__}: {exc}); store "
-                "serializable values or pass a serde that handles this type"
-            ) from exc
+        return dumps(self.serde, value, what)
 
     def _load(self, value: StoredValue) -> Any:
         """Decode a stored channel value through the cache (a private copy per caller)."""
-
-        def decode(record: bytes) -> Any:
-            return self._loads(value.typed)
-
-        return self.cache.load(value.record, decode, len(value.typed[1]))
+        return load(self.serde, self.cache, value)
 
     def _loads(self, typed: Typed, what: str = "a stored value") -> Any:
-        """``serde.loads_typed``, with a value the serde cannot load as :class:`SerdeMismatchError`.
-
-        Raises:
-            SerdeMismatchError: The value's type is one this serde does not load
-                (e.g. ``msgpack+aes`` without the key), or it does not decrypt.
-        """
-        try:
-            return self.serde.loads_typed(typed)
-        except NotImplementedError as exc:
-            raise _serde_mismatch(self.serde, typed[0], what, None) from exc
-        except ValueError as exc:
-            if "+" not in str(typed[0]):
-                raise
-            raise _serde_mismatch(self.serde, typed[0], what, exc) from exc
+        """``serde.loads_typed``; a value this serde cannot load is :class:`SerdeMismatchError`."""
+        return loads(self.serde, typed, what)
 
     def memory_store(
         self,
@@ -398,22 +364,7 @@ class DeltaLogSaver(
         return clone
 
     def _to_tuple(self, row: CheckpointRow) -> CheckpointTuple:
-        loads = self._loads
-        checkpoint: Checkpoint = loads(row.checkpoint)
-        checkpoint["id"] = row.checkpoint_id
-        checkpoint["channel_versions"] = dict(row.channel_versions)
-        checkpoint["channel_values"] = {k: self._load(v) for k, v in row.values.items()}
-        return CheckpointTuple(
-            config=checkpoint_config(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
-            checkpoint=checkpoint,
-            metadata=loads(row.metadata),
-            parent_config=(
-                checkpoint_config(row.thread_id, row.checkpoint_ns, row.parent_id)
-                if row.parent_id is not None
-                else None
-            ),
-            pending_writes=[(w.task_id, w.channel, loads(w.value)) for w in row.writes],
-        )
+        return to_tuple(self.serde, self.cache, row)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -829,6 +780,10 @@ class DeltaLogSaver(
 
     # -- maintenance (R7, R8) -------------------------------------------------------------
 
+    def _maintenance(self) -> Maintenance:
+        """The maintenance service over this saver's store, serde and cache (R7)."""
+        return Maintenance(self.store, self.serde, self.cache)
+
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> CopyReport:  # type: ignore[override]  # returns a report; base returns None
         """Copy a thread's complete chain — every namespace, checkpoint, write and blob.
 
@@ -851,23 +806,7 @@ class DeltaLogSaver(
             ThreadExistsError: The target already has checkpoints (no merge).
             InvalidInputError: Source and target are the same thread.
         """
-        src, dst = thread_id_of(source_thread_id), thread_id_of(target_thread_id)
-        if src == dst:
-            raise InvalidInputError(
-                f"copy_thread: source and target are both {src!r}; pick a new thread_id"
-            )
-        counts = self.store.write(lambda w: w.copy_thread(src, dst))
-        if counts is None:
-            logger.warning("copy_thread: source thread %r has no checkpoints; nothing copied", src)
-            return CopyReport(src, dst, found=False)
-        return CopyReport(
-            src,
-            dst,
-            found=True,
-            checkpoints=counts["checkpoints"],
-            writes=counts["writes"],
-            blobs=counts["blobs"],
-        )
+        return self._maintenance().copy_thread(source_thread_id, target_thread_id)
 
     def prune(  # type: ignore[override]  # returns a report; base returns None
         self,
@@ -909,42 +848,14 @@ class DeltaLogSaver(
         Raises:
             InvalidInputError: Bad arguments (raised before anything is written).
         """
-        tids = thread_list(thread_ids, "thread_ids")
-        if strategy not in ("keep_latest", "delete"):
-            raise InvalidInputError(
-                f"strategy {strategy!r} is unknown; use 'keep_latest' or 'delete'"
-            )
-        if keep_last is not None and (
-            not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1
-        ):
-            raise InvalidInputError(f"keep_last {keep_last!r} must be an int >= 1")
-        cutoff = cutoff_of(older_than)
-        if strategy == "delete" and (keep_last is not None or cutoff is not None):
-            raise InvalidInputError(
-                "strategy 'delete' removes whole threads; keep_last/older_than go with 'keep_latest'"
-            )
-        specs = _specs(reducers)
-        report = RemovalReport(threads=len(tids), dry_run=dry_run)
-        if strategy == "delete":
-            groups = self._groups_of(tids, frozenset())
-            if dry_run:
-                with self.store.read() as r:
-                    for g in groups:
-                        report.add(r.measure(g.t, g.n, Plan(delete=set(g.nodes)), g.versions))
-                return report
-            for g in groups:
-                report.add({"checkpoints": len(g.nodes)})
-            self.store.write(functools.partial(_delete_threads, thread_ids=tids))
-            return report
-
-        def choose(g: _Group) -> Plan:
-            visible = [cid for cid in reversed(list(g.nodes)) if not g.nodes[cid].hidden]
-            keep = set(visible[: keep_last or 1])
-            if cutoff is not None:
-                keep |= {cid for cid in visible if g.timestamps.get(cid, cutoff) >= cutoff}
-            return plan_keep(g.nodes, keep, reseed=frozenset(specs))
-
-        return self._maintain(tids, specs, choose, report, want_ts=cutoff is not None)
+        return self._maintenance().prune(
+            thread_ids,
+            strategy=strategy,
+            keep_last=keep_last,
+            older_than=older_than,
+            reducers=reducers,
+            dry_run=dry_run,
+        )
 
     def delete_for_runs(  # type: ignore[override]  # returns a report; base returns None
         self, run_ids: Sequence[str], *, reducers: ChannelSource | None = None
@@ -969,195 +880,7 @@ class DeltaLogSaver(
         Raises:
             DeltaChainError: A kept checkpoint's delta chain would be cut.
         """
-        runs = thread_list(run_ids, "run_ids")
-        specs = _specs(reducers)
-        with self.store.read() as r:
-            doomed: dict[tuple[int, int], set[str]] = {}
-            for run in runs:
-                for t, n, cid in r.run_checkpoints(run):
-                    row = r.checkpoint(t, n, cid, with_values=False, with_writes=False)
-                    if row is not None and row.run_id == run:
-                        doomed.setdefault((t, n), set()).add(cid)
-            threads = sorted({r.name_of(keys.KIND_THREAD, t) for t, _ in doomed})
-
-        def choose(g: _Group) -> Plan:
-            gone = doomed.get((g.t, g.n), set()) & set(g.nodes)
-            plan, unresolved = plan_delete(g.nodes, gone, reseed=frozenset(specs))
-            if unresolved:
-                (cid, channel), _ = next(iter(sorted(unresolved.items())))
-                names = sorted({g.runs[c] or "?" for c in gone})
-                raise DeltaChainError(
-                    f"deleting run(s) {names} would cut the delta chain of channel "
-                    f"{channel!r} of checkpoint {cid} in thread {g.thread_id!r} (namespace "
-                    f"{g.checkpoint_ns!r}), which stays. Pass reducers= (the compiled graph "
-                    "or {channel: reducer}) to re-seed it, or delete the whole thread; "
-                    "nothing was deleted"
-                )
-            return plan
-
-        report = RemovalReport(threads=len(threads))
-        return self._maintain(threads, specs, choose, report, only=set(doomed))
-
-    def _groups_of(
-        self,
-        thread_ids: Sequence[str],
-        extra: frozenset[str],
-        *,
-        only: set[tuple[int, int]] | None = None,
-        want_ts: bool = False,
-    ) -> builtins.list[_Group]:
-        groups: builtins.list[_Group] = []
-        with self.store.read() as r:
-            for thread_id in thread_ids:
-                for t, n in r.thread_groups(thread_id):
-                    if only is not None and (t, n) not in only:
-                        continue
-                    nodes, versions, runs = r.group(t, n, extra)
-                    g = _Group(t, n, thread_id, r.name_of(keys.KIND_NS, n), nodes, versions, runs)
-                    if want_ts:
-                        for cid in nodes:
-                            row = r.checkpoint(t, n, cid, with_values=False, with_writes=False)
-                            if row is not None:
-                                g.timestamps[cid] = _parse_ts(self._loads(row.checkpoint).get("ts"))
-                    groups.append(g)
-        return groups
-
-    def _maintain(
-        self,
-        thread_ids: Sequence[str],
-        specs: Mapping[str, Any],
-        choose: Callable[[_Group], Plan],
-        report: RemovalReport,
-        *,
-        only: set[tuple[int, int]] | None = None,
-        want_ts: bool = False,
-    ) -> RemovalReport:
-        """Plan per (thread, ns), compute seeds, then apply everything in one transaction.
-
-        Seeds are computed from a read snapshot; the write transaction re-reads
-        each group and retries the whole operation if any changed meanwhile,
-        so a concurrent writer can never slip a checkpoint past the plan.
-        """
-        extra = frozenset(specs)
-        for _ in range(8):
-            groups = self._groups_of(thread_ids, extra, only=only, want_ts=want_ts)
-            plans = [(g, choose(g)) for g in groups]
-            if report.dry_run:
-                with self.store.read() as r:
-                    for g, plan in plans:
-                        if plan.seeds:
-                            self._seed_rows(r, g, plan, specs=specs)  # the same refusal
-                        counts = r.measure(g.t, g.n, plan, g.versions)
-                        counts["hidden"] = len(plan.hide)
-                        counts["seeds"] = sum(len(c) for c in plan.seeds.values())
-                        report.add(counts)
-                return report
-            work = [(g, plan) for g, plan in plans if not plan.empty]
-            results = self.store.write(
-                functools.partial(
-                    _apply_plans,
-                    work=work,
-                    extra=extra,
-                    seeder=functools.partial(self._seed_rows, specs=specs),
-                )
-            )
-            if results is not None:
-                for counts in results:
-                    report.add(counts)
-                return report
-        raise ConcurrentChangeError(
-            "the threads kept changing while being pruned; retry when writers pause"
-        )
-
-    def _seed_rows(
-        self, r: ReadTxn, g: _Group, plan: Plan, *, specs: Mapping[str, Any]
-    ) -> builtins.list[tuple[str, BlobRow]]:
-        """The fresh seeds of ``plan``, read and checked in the prune's write transaction ``r``.
-
-        Each seed is what the kept chain replays to through the caller's
-        reducer, read in the same transaction that then writes it, so no
-        concurrent write can slip between the two. The reducer itself is
-        checked first against values the graph stored (see
-        :meth:`_check_reducer`); a mismatch raises, and since the transaction
-        is dropped, nothing is deleted or written.
-
-        Raises:
-            ReducerMismatchError: The reducer does not rebuild a stored value.
-        """
-        rows: builtins.list[tuple[str, BlobRow]] = []
-        for cid, channels in sorted(plan.seeds.items()):
-            histories = r.delta_history(g.t, g.n, cid, sorted(channels))
-            for channel in sorted(channels):
-                self._check_reducer(r, g, cid, channel, specs[channel])
-                value = replay_history(self._decoded(*histories[channel]), specs[channel])
-                blob = self._dumps(_DeltaSnapshot(value), f"seed of channel {channel!r}")
-                rows.append((cid, BlobRow(channel, g.versions[cid][channel], blob)))
-        return rows
-
-    def _decoded(self, seed: StoredValue | None, writes: Sequence[WriteRow]) -> DeltaChannelHistory:
-        """A raw history as ``get_delta_channel_history`` returns it."""
-        loads = self.serde.loads_typed
-        out: DeltaChannelHistory = {
-            "writes": [(w.task_id, w.channel, loads(w.value)) for w in writes]
-        }
-        if seed is not None:
-            out["seed"] = self._load(seed)
-        return out
-
-    def _check_reducer(self, r: ReadTxn, g: _Group, cid: str, channel: str, spec: Any) -> None:
-        """Refuse a reducer that does not rebuild the values the graph stored (R7).
-
-        The graph's own reducer wrote every snapshot (``_DeltaSnapshot``) on
-        the way to ``cid``: each is the replay of the writes before it from
-        the snapshot before that. So the caller's reducer must turn the
-        history of the nearest snapshotted ancestors (up to
-        ``_REDUCER_WITNESSES`` whose history has writes) into exactly the
-        value stored there. Cost: that many more walks, each back to the
-        previous snapshot. A chain with no snapshot that follows writes (a
-        thread younger than its snapshot frequency) offers nothing to check
-        against; its seed is still exactly the replay of the kept chain.
-
-        Raises:
-            ReducerMismatchError: Naming the channel, the checkpoint and the mismatch.
-        """
-        checked = 0
-        node = g.nodes.get(cid)
-        seen: set[str] = set()
-        while node is not None and node.parent_id is not None and checked < _REDUCER_WITNESSES:
-            node = g.nodes.get(node.parent_id)
-            if node is None or node.checkpoint_id in seen:
-                return
-            seen.add(node.checkpoint_id)
-            if channel not in node.seeded:
-                continue
-            row = r.checkpoint(g.t, g.n, node.checkpoint_id, with_writes=False)
-            stored = row.values.get(channel) if row is not None else None
-            if stored is None:
-                continue
-            history = r.delta_history(g.t, g.n, node.checkpoint_id, [channel])[channel]
-            if not history[1]:
-                continue
-            checked += 1
-            try:
-                want = replay_history({"writes": [], "seed": self._load(stored)}, spec)
-                got = replay_history(self._decoded(*history), spec)
-            except Exception as exc:  # a reducer of another shape may fail on this data
-                raise ReducerMismatchError(
-                    f"prune: the reducer given for channel {channel!r} ({_reducer_name(spec)}) "
-                    f"fails on the history of checkpoint {node.checkpoint_id} of thread "
-                    f"{g.thread_id!r} (namespace {g.checkpoint_ns!r}): {type(exc).__name__}: "
-                    f"{exc}. Pass the graph that wrote the thread (its reducers), or prune "
-                    "without reducers to keep the chain; nothing was deleted"
-                ) from exc
-            if got != want:
-                raise ReducerMismatchError(
-                    f"prune: the reducer given for channel {channel!r} ({_reducer_name(spec)}) does not "
-                    f"rebuild the value the graph stored at checkpoint {node.checkpoint_id} of "
-                    f"thread {g.thread_id!r} (namespace {g.checkpoint_ns!r}): replaying its "
-                    f"{len(history[1])} writes gives {_difference(got, want)}. Pass the graph "
-                    "that wrote the thread (its reducers), or prune without reducers to keep "
-                    "the chain; nothing was deleted"
-                )
+        return self._maintenance().delete_for_runs(run_ids, reducers=reducers)
 
     def verify(
         self, thread_ids: Sequence[str] | None = None, *, deep: bool = False
@@ -1175,75 +898,7 @@ class DeltaLogSaver(
         Returns:
             The findings; ``report.ok`` is True when none is an error.
         """
-        report = VerifyReport()
-        groups: builtins.list[tuple[str, int | None]] = []
-        if thread_ids is None:
-            # The name tables and every key, as reads use them (issue 15.1/15.2).
-            for kind, thread_id, detail in self.store.verify_tables():
-                report.problems.append(Problem(kind, "error", thread_id, None, None, detail))
-            if any(p.kind == "unreadable" for p in report.problems):
-                # The per-thread checks step through pages with next(), where LMDB
-                # asserts (aborting the process) on a page a search reports as damaged.
-                report.problems.append(
-                    Problem(
-                        "unreadable",
-                        "error",
-                        None,
-                        None,
-                        None,
-                        "LMDB reports damaged pages; per-thread checks skipped. Restore the "
-                        "store from a backup",
-                    )
-                )
-                return report
-            try:
-                with self.store.read() as r:
-                    for t in r.threads():
-                        try:
-                            groups.append((r.name_of(keys.KIND_THREAD, t), t))
-                        except DeltaLogError:  # reported by verify_tables; check its rows anyway
-                            groups.append((f"#{t}", t))
-            except DeltaLogError as exc:  # LMDB damage on the way through the threads
-                report.problems.append(Problem("unreadable", "error", None, None, None, str(exc)))
-        else:
-            groups = [(tid, None) for tid in thread_list(thread_ids, "thread_ids")]
-        for thread_id, tid in groups:
-            report.threads += 1
-            try:
-                with self.store.read() as r:
-                    self._verify_thread(r, report, thread_id, tid, deep)
-            except DeltaLogError as exc:  # e.g. LMDB reports a damaged page on this thread's path
-                report.problems.append(
-                    Problem("unreadable", "error", thread_id, None, None, str(exc))
-                )
-        return report
-
-    def _verify_thread(
-        self, r: ReadTxn, report: VerifyReport, thread_id: str, t: int | None, deep: bool
-    ) -> None:
-        """Add the findings of one thread (by id ``t`` when its name is damaged) to ``report``."""
-        pairs = r.thread_groups(thread_id) if t is None else [(t, n) for n in r.namespaces(t)]
-        for t, n in pairs:
-            try:
-                ns = r.name_of(keys.KIND_NS, n)
-            except DeltaLogError:
-                ns = f"#{n}"
-            found = r.verify_group(t, n)
-            report.checkpoints += found.checkpoints
-            report.records += found.records
-            for kind, severity, cid, detail in found.problems:
-                report.problems.append(Problem(kind, severity, thread_id, ns, cid, detail))
-            r.latest_key(t, n)  # the search get_tuple makes for the latest checkpoint
-            if deep:
-                for cid in found.decodable:
-                    try:
-                        row = r.checkpoint(t, n, cid)
-                        if row is not None:
-                            self._to_tuple(row)
-                    except Exception as exc:
-                        report.problems.append(
-                            Problem("undecodable", "error", thread_id, ns, cid, f"serde: {exc}")
-                        )
+        return self._maintenance().verify(thread_ids, deep=deep)
 
     def compact(self, dest: str | os.PathLike[str]) -> CompactReport:
         """Write a compacted copy of the whole store to ``dest`` (a new folder).
@@ -1256,7 +911,7 @@ class DeltaLogSaver(
         Returns:
             Data file bytes before (this store) and after (the copy).
         """
-        return self.backup(dest, compact=True)
+        return self._maintenance().compact(dest)
 
     def backup(self, dest: str | os.PathLike[str], *, compact: bool = False) -> CompactReport:
         """Consistent hot copy of the store into a new folder (one read snapshot).
@@ -1267,11 +922,7 @@ class DeltaLogSaver(
         Raises:
             InvalidInputError: ``dest`` is a file or already holds a store.
         """
-        folder = store_folder(dest, what="backup destination")
-        before = self.store.file_bytes()
-        self.store.copy_to(folder, compact=compact)
-        after = os.path.getsize(os.path.join(folder, "data.mdb"))
-        return CompactReport(self.store.path, folder, before, after)
+        return self._maintenance().backup(dest, compact=compact)
 
     # -- inspection, export and import ------------------------------------------------------
 
@@ -1584,39 +1235,6 @@ class _Done:
 _DONE: Final = _Done()
 
 
-def _serde_mismatch(
-    serde: SerializerProtocol, type_tag: Any, what: str, error: Exception | None
-) -> SerdeMismatchError:
-    """The error of a value ``serde`` cannot load, naming the likely cause and the fix."""
-    tag = str(type_tag)
-    serde_name = type(serde).__name__
-    if "+" in tag:
-        cipher = tag.split("+", 1)[1]
-        if error is not None:
-            return UndecryptableValueError(
-                f"{what} of type {tag!r} cannot be decrypted by {serde_name} "
-                f"({type(error).__name__}: {error}): wrong key? It was written with "
-                f"EncryptedSerializer ({cipher}); pass the serde= that wrote the store, with "
-                "its key (deltalog CLI: LANGGRAPH_AES_KEY or --serde MODULE:ATTR)"
-            )
-        return SerdeMismatchError(
-            f"{what} of type {tag!r} was written with EncryptedSerializer ({cipher}) and "
-            f"{serde_name} cannot decrypt it; pass serde=EncryptedSerializer."
-            "from_pycryptodome_aes() with the key (LANGGRAPH_AES_KEY); deltalog CLI: set "
-            "LANGGRAPH_AES_KEY or pass --serde MODULE:ATTR"
-        )
-    if tag == "pickle":
-        return SerdeMismatchError(
-            f"{what} of type 'pickle' is refused by {serde_name} (pickle fallback off: "
-            "unpickling runs code); only if you trust whoever wrote the store, pass "
-            "serde=JsonPlusSerializer(pickle_fallback=True)"
-        )
-    return SerdeMismatchError(
-        f"{what} of type {tag!r} is not a type {serde_name} loads; pass the serde= that "
-        "wrote the store (deltalog CLI: --serde MODULE:ATTR)"
-    )
-
-
 def _settle(done: asyncio.Future[T], error: BaseException | None, value: T | None) -> None:
     """Resolve an async write's future on its event loop (unless it was cancelled)."""
     if done.done():
@@ -1625,43 +1243,6 @@ def _settle(done: asyncio.Future[T], error: BaseException | None, value: T | Non
         done.set_exception(error)
     else:
         done.set_result(value)  # type: ignore[arg-type]
-
-
-def _apply_plans(
-    w: WriteTxn,
-    *,
-    work: list[tuple[_Group, Plan]],
-    extra: frozenset[str],
-    seeder: Callable[[WriteTxn, _Group, Plan], list[tuple[str, BlobRow]]],
-) -> list[dict[str, int]] | None:
-    """Apply planned groups in one transaction; None if any group changed since planning.
-
-    Every group is checked and its seeds computed (``seeder``, which may
-    raise) before the first one is changed.
-    """
-    seeded = []
-    for g, plan in work:
-        if w.group(g.t, g.n, extra)[0] != g.nodes:
-            return None
-        seeded.append((g, plan, seeder(w, g, plan) if plan.seeds else []))
-    return [w.apply_plan(g.t, g.n, plan, seeds, g.versions, g.runs) for g, plan, seeds in seeded]
-
-
-def _reducer_name(spec: Any) -> str:
-    """How an error names a channel's reducer (a DeltaChannel names its own)."""
-    reducer = getattr(spec, "reducer", spec)
-    name = getattr(reducer, "__name__", None)
-    return name if isinstance(name, str) else f"{reducer!r:.60}"
-
-
-def _difference(got: Any, want: Any) -> str:
-    """A short account of how a rebuilt value differs from the stored one."""
-    if isinstance(got, list) and isinstance(want, list):
-        if len(got) != len(want):
-            return f"{len(got)} items where the graph stored {len(want)}"
-        i = next((i for i, (a, b) in enumerate(zip(got, want, strict=True)) if a != b), 0)
-        return f"item {i} {got[i]!r:.80} where the graph stored {want[i]!r:.80}"
-    return f"{got!r:.80} where the graph stored {want!r:.80}"
 
 
 # One environment per path and process: LMDB (and py-lmdb) refuse a second
@@ -1719,41 +1300,3 @@ def _release_shared(store: Store) -> None:
                 del _SHARED[real]
                 break
     store.close()
-
-
-def _delete_threads(w: WriteTxn, *, thread_ids: list[str]) -> None:
-    for thread_id in thread_ids:
-        w.delete_thread(thread_id)
-
-
-@dataclass
-class _Group:
-    """One (thread, ns) as a maintenance operation planned it."""
-
-    t: int
-    n: int
-    thread_id: str
-    checkpoint_ns: str
-    nodes: dict[str, Node]
-    versions: dict[str, dict[str, Any]]
-    runs: dict[str, str | None]
-    timestamps: dict[str, datetime] = field(default_factory=dict)
-
-
-def _specs(reducers: ChannelSource | None) -> dict[str, Any]:
-    if reducers is None:
-        return {}
-    try:
-        return dict(delta_channels(reducers))
-    except TypeError as exc:
-        raise InvalidInputError(
-            f"reducers {reducers!r:.80}: {exc}; pass the compiled graph or {{channel: reducer}}"
-        ) from None
-
-
-def _parse_ts(ts: Any) -> datetime:
-    try:
-        value = datetime.fromisoformat(str(ts))
-    except ValueError:
-        return datetime.max.replace(tzinfo=timezone.utc)  # unknown age: never "old"
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)

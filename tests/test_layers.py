@@ -28,6 +28,8 @@ LAYERS: dict[str, str] = {
     "deltalog.engine.cli_state": "cli",
     # services: the LangGraph interface and what runs over it
     "deltalog.engine.saver": "services",
+    "deltalog.engine.maintenance": "services",
+    "deltalog.engine.values": "services",
     "deltalog.engine.memory": "services",
     "deltalog.engine.migrate": "services",
     "deltalog.engine.migrate_items": "services",
