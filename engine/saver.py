@@ -52,22 +52,19 @@ from deltalog.engine.config import (
     MEMORY,
     before_checkpoint_id,
     check_open_options,
-    checkpoint_config,
-    delta_counters,
     parse_config,
     thread_id_of,
     thread_list,
 )
 from deltalog.engine.errors import (
-    ConfigError,
     InvalidInputError,
 )
 from deltalog.engine.import_check import EXPORT_FORMAT, EXPORT_VERSION, check_import
 from deltalog.engine.maintenance import Maintenance
+from deltalog.engine.prepare import prepare_put, prepare_writes
 from deltalog.engine.reports import CompactReport, CopyReport, RemovalReport, VerifyReport
-from deltalog.engine.store import INLINE_MAX, Store, WriteTxn, store_folder
+from deltalog.engine.store import Store, WriteTxn, store_folder
 from deltalog.engine.store_rows import (
-    BlobRow,
     CheckpointRow,
     DeltaHistory,
     StoredValue,
@@ -78,14 +75,12 @@ from deltalog.engine.store_rows import (
 from deltalog.engine.values import dumps, load, loads, to_tuple
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
     BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
-    get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.store.base import IndexConfig, TTLConfig
@@ -101,10 +96,6 @@ logger = logging.getLogger(__name__)
 # Rows read per read transaction while listing: short transactions keep LMDB
 # from pinning old pages while the caller consumes the iterator.
 _LIST_CHUNK = 32
-# Exact types whose small values a checkpoint record holds itself (subclasses
-# such as enums go to blobs). The same set LangGraph's PostgresSaver keeps in
-# its checkpoint row; lists and dicts (growing values, delta seeds) never.
-_SCALARS: Final = frozenset({type(None), bool, int, float, str})
 # Tuples alist decodes per worker-thread hop: a hop costs ~50 us; one tuple
 # of a long thread can cost milliseconds, and a caller may stop early.
 _ALIST_BATCH: Final = 4
@@ -556,99 +547,6 @@ class DeltaLogSaver(
 
     # -- writes -----------------------------------------------------------------------------
 
-    def _prepare_put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> tuple[Callable[[WriteTxn], None], RunnableConfig]:
-        if not isinstance(checkpoint, Mapping) or "id" not in checkpoint:
-            raise InvalidInputError(
-                f"checkpoint {checkpoint!r:.80} is not a Checkpoint dict with an 'id'"
-            )
-        # Serialize the channel values first: with durability="async" the
-        # runtime calls put from a worker thread while its next superstep goes
-        # on mutating live values (a join edge's set), so every microsecond
-        # before this snapshot is a window for a value from the future.
-        values: Mapping[str, Any] = checkpoint.get("channel_values") or {}
-        if not isinstance(new_versions, Mapping):
-            raise InvalidInputError(f"new_versions {new_versions!r:.80} is not a mapping")
-        if not isinstance(metadata, Mapping):
-            raise InvalidInputError(
-                f"metadata {metadata!r:.80} is not a mapping; pass a CheckpointMetadata dict"
-            )
-        blobs: builtins.list[BlobRow] = []
-        inline: dict[str, Typed] = {}  # small scalars: held by the record (INLINE_MAX)
-        for channel, version in new_versions.items():
-            if channel not in values:
-                continue
-            value = values[channel]
-            typed = self._dumps(value, f"channel {channel!r}")
-            if type(value) in _SCALARS and len(typed[1]) <= INLINE_MAX:
-                inline[channel] = typed
-            else:
-                blobs.append(BlobRow(channel, version, typed))
-        thread_id, checkpoint_ns, parent_id = parse_config(config)
-        checkpoint_id = checkpoint["id"]
-        keys.encode_id(checkpoint_id)
-        if parent_id is not None:
-            keys.encode_id(parent_id)
-        body: dict[str, Any] = dict(checkpoint)
-        body.pop("channel_values", None)
-        body.pop("id")  # the key holds it; re-added on read
-        versions = dict(body.pop("channel_versions", None) or {})
-        for channel, version in {**versions, **new_versions}.items():
-            if not isinstance(channel, str):
-                raise InvalidInputError(f"channel name {channel!r} is not a string")
-            keys.encode_version(version)
-        full_metadata = get_checkpoint_metadata(config, metadata)
-        run_id = full_metadata.get("run_id")
-        ckpt_typed = self._dumps(body, "checkpoint")
-        meta_typed = self._dumps(full_metadata, "metadata")
-        run = None if run_id is None else str(run_id)
-        # Delta channels this checkpoint rebuilds by replay: what prune and
-        # delete_for_runs must keep a chain (or write a seed) for (R7).
-        delta = delta_counters(full_metadata.get("counters_since_delta_snapshot"))
-        for channel in [c for c in inline if c not in versions]:
-            # A value the checkpoint has no version of is no part of it: a blob
-            # stores it as before, where no read finds it.
-            blobs.append(BlobRow(channel, new_versions[channel], inline.pop(channel)))
-        # Unchanged versions: put_checkpoint copies the parent record's inline
-        # value of each, whether or not the graph still has the channel (the
-        # value of a version is what was stored when it was new). Where the
-        # parent does not have the version (a "__copy__" fork's parent is the
-        # copied checkpoint's parent; no parent), a small scalar this put passes
-        # is held instead, else the value a record holding that version has.
-        # Scalars are immutable: keeping references is a snapshot.
-        carry = [c for c in versions if c not in new_versions]
-        passed = {c: values[c] for c in carry if c in values and type(values[c]) in _SCALARS}
-
-        def fallback(channel: str) -> Typed | None:
-            if channel not in passed:
-                return None
-            typed = self._dumps(passed[channel], f"channel {channel!r}")
-            return typed if len(typed[1]) <= INLINE_MAX else None
-
-        def op(w: WriteTxn) -> None:
-            w.put_checkpoint(
-                thread_id,
-                checkpoint_ns,
-                checkpoint_id,
-                parent_id=parent_id,
-                channel_versions=versions,
-                checkpoint=ckpt_typed,
-                metadata=meta_typed,
-                run_id=run,
-                blobs=blobs,
-                delta=delta,
-                inline=inline,
-                carry=carry,
-                fallback=fallback,
-            )
-
-        return op, checkpoint_config(thread_id, checkpoint_ns, checkpoint_id)
-
     def put(
         self,
         config: RunnableConfig,
@@ -671,54 +569,9 @@ class DeltaLogSaver(
             ConfigError: No usable ``thread_id``.
             InvalidInputError: An unserializable value, a bad id or version.
         """
-        op, out = self._prepare_put(config, checkpoint, metadata, new_versions)
+        op, out = prepare_put(self.serde, config, checkpoint, metadata, new_versions)
         self.store.write(op, history_safe=True)
         return out
-
-    def _prepare_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str,
-    ) -> Callable[[WriteTxn], None]:
-        thread_id, checkpoint_ns, checkpoint_id = parse_config(config)
-        if checkpoint_id is None:
-            raise ConfigError(
-                "put_writes needs configurable.checkpoint_id (the checkpoint the writes "
-                f"belong to); got {dict(config.get('configurable', {}))!r}"
-            )
-        if not isinstance(task_id, str):
-            raise InvalidInputError(f"task_id {task_id!r} is not a string")
-        if not isinstance(task_path, str):
-            raise InvalidInputError(f"task_path {task_path!r} is not a string")
-        if isinstance(writes, (str, bytes, Mapping)) or not isinstance(writes, Iterable):
-            raise InvalidInputError(
-                f"writes {writes!r:.80} is not a sequence of (channel, value) pairs"
-            )
-        rows: builtins.list[tuple[str, int, Typed]] = []
-        for idx, item in enumerate(writes):
-            if (
-                not isinstance(item, (tuple, list))
-                or len(item) != 2
-                or not isinstance(item[0], str)
-            ):
-                raise InvalidInputError(
-                    f"write #{idx} {item!r:.80} is not a (channel, value) pair with a str channel"
-                )
-            channel, value = item
-            rows.append(
-                (
-                    channel,
-                    WRITES_IDX_MAP.get(channel, idx),
-                    self._dumps(value, f"write to {channel!r}"),
-                )
-            )
-
-        def op(w: WriteTxn) -> None:
-            w.put_writes(thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, rows)
-
-        return op
 
     def put_writes(
         self,
@@ -744,7 +597,7 @@ class DeltaLogSaver(
             InvalidInputError: A malformed write or unserializable value.
         """
         self.store.write(
-            self._prepare_writes(config, writes, task_id, task_path), history_safe=True
+            prepare_writes(self.serde, config, writes, task_id, task_path), history_safe=True
         )
 
     def delete_thread(self, thread_id: str) -> None:
@@ -1094,7 +947,7 @@ class DeltaLogSaver(
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Async :meth:`put`: serializes now, commits (and fsyncs) off the event loop."""
-        op, out = self._prepare_put(config, checkpoint, metadata, new_versions)
+        op, out = prepare_put(self.serde, config, checkpoint, metadata, new_versions)
         await self._in_writer(op, history_safe=True)
         return out
 
@@ -1107,7 +960,7 @@ class DeltaLogSaver(
     ) -> None:
         """Async :meth:`put_writes`: serializes now, commits off the event loop."""
         await self._in_writer(
-            self._prepare_writes(config, writes, task_id, task_path), history_safe=True
+            prepare_writes(self.serde, config, writes, task_id, task_path), history_safe=True
         )
 
     async def adelete_thread(self, thread_id: str) -> None:

@@ -30,6 +30,7 @@ LAYERS: dict[str, str] = {
     "deltalog.engine.saver": "services",
     "deltalog.engine.maintenance": "services",
     "deltalog.engine.values": "services",
+    "deltalog.engine.prepare": "services",
     "deltalog.engine.memory": "services",
     "deltalog.engine.migrate": "services",
     "deltalog.engine.migrate_items": "services",
