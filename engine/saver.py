@@ -59,7 +59,8 @@ from deltalog.engine.config import (
 from deltalog.engine.errors import (
     InvalidInputError,
 )
-from deltalog.engine.import_check import EXPORT_FORMAT, EXPORT_VERSION, check_import
+from deltalog.engine.export import header
+from deltalog.engine.import_check import check_import
 from deltalog.engine.maintenance import Maintenance
 from deltalog.engine.prepare import prepare_put, prepare_writes
 from deltalog.engine.reports import CompactReport, CopyReport, RemovalReport, VerifyReport
@@ -834,7 +835,7 @@ class DeltaLogSaver(
             A header record, then checkpoint, blob and write records per
             thread, then ``item`` records.
         """
-        yield {"kind": "header", "format": EXPORT_FORMAT, "version": EXPORT_VERSION}
+        yield header()
         with self.store.read() as r:
             if thread_ids is None:
                 tids = [r.name_of(keys.KIND_THREAD, t) for t in r.threads()]

@@ -48,6 +48,7 @@ LAYERS: dict[str, str] = {
     "deltalog.engine.core": "format",
     "deltalog.engine.memory_core": "format",
     "deltalog.engine.import_check": "format",
+    "deltalog.engine.export": "format",
     "deltalog.engine.names": "format",
     "deltalog.engine.migrations": "format",
     "deltalog.engine.config": "format",
