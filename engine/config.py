@@ -26,6 +26,7 @@ __all__ = [
     "check_open_options",
     "checkpoint_config",
     "checkpoint_id_of",
+    "config_for",
     "cutoff_of",
     "delta_counters",
     "parse_config",
@@ -48,6 +49,16 @@ def checkpoint_config(
             "checkpoint_id": checkpoint_id,
         }
     }
+
+
+def config_for(
+    thread_id: str, checkpoint_ns: str = "", checkpoint_id: str | None = None
+) -> RunnableConfig:
+    """A ``RunnableConfig`` naming a thread, a namespace and optionally a checkpoint."""
+    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+    if checkpoint_id is not None:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
 
 
 def thread_id_of(value: Any) -> str:

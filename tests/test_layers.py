@@ -25,12 +25,12 @@ LAYERS: dict[str, str] = {
     "deltalog.engine.cli_memory": "cli",
     "deltalog.engine.cli_inspect": "cli",
     "deltalog.engine.cli_ops": "cli",
-    "deltalog.engine.cli_state": "cli",
     # services: the LangGraph interface and what runs over it
     "deltalog.engine.saver": "services",
     "deltalog.engine.maintenance": "services",
     "deltalog.engine.values": "services",
     "deltalog.engine.prepare": "services",
+    "deltalog.engine.inspection": "services",
     "deltalog.engine.memory": "services",
     "deltalog.engine.migrate": "services",
     "deltalog.engine.migrate_items": "services",
