@@ -28,6 +28,7 @@ from deltalog.engine.cli_common import (
     store_path,
     to_jsonable,
 )
+from deltalog.engine.summaries import storage_stats, thread_summaries
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -89,8 +90,8 @@ def threads_cmd(
     from the newest root checkpoint's id (LangGraph's ids carry their time).
     """
     out = Output(as_json)
-    with open_store(path) as store, store.read() as txn:
-        summaries = txn.thread_summaries()
+    with open_store(path) as store:
+        summaries = thread_summaries(store)
     rows: list[dict[str, Any]] = []
     for s in summaries:
         when = id_time(s.newest_id)
@@ -652,11 +653,13 @@ def stats_cmd(path: Path, top: int, as_json: bool) -> None:
     """
     out = Output(as_json)
     with open_store(path) as opened:
-        with opened.read() as txn:
-            threads = txn.thread_summaries()
-            channels = txn.channel_sizes()
-        store = opened.stats()
-        file_bytes = opened.file_bytes()
+        found = storage_stats(opened)
+    threads, channels, store, file_bytes = (
+        found.threads,
+        found.channels,
+        found.environment,
+        found.file_bytes,
+    )
     channel_rows: list[dict[str, Any]] = []
     for name, c in sorted(
         channels.items(), key=lambda kv: -(kv[1]["blob_bytes"] + kv[1]["write_bytes"])

@@ -73,6 +73,7 @@ from deltalog.engine.store_rows import (
     Typed,
     WriteRow,
 )
+from deltalog.engine.summaries import channel_sizes, thread_summaries
 from deltalog.engine.values import dumps, load, loads, to_tuple
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -785,13 +786,11 @@ class DeltaLogSaver(
 
         Read from keys and record sizes only (nothing is deserialized).
         """
-        with self.store.read() as r:
-            return r.thread_summaries()
+        return thread_summaries(self.store)
 
     def channel_stats(self) -> dict[str, dict[str, int]]:
         """Per channel: stored values and writes, bytes as stored and before compression."""
-        with self.store.read() as r:
-            return r.channel_sizes()
+        return channel_sizes(self.store)
 
     def checkpoint_refs(self, thread_id: str) -> builtins.list[tuple[str, str, str | None, bool]]:
         """Every checkpoint of a thread as (checkpoint_ns, checkpoint_id, parent_id, hidden).

@@ -31,6 +31,7 @@ LAYERS: dict[str, str] = {
     "deltalog.engine.values": "services",
     "deltalog.engine.prepare": "services",
     "deltalog.engine.inspection": "services",
+    "deltalog.engine.summaries": "services",
     "deltalog.engine.memory": "services",
     "deltalog.engine.migrate": "services",
     "deltalog.engine.migrate_items": "services",
