@@ -50,7 +50,6 @@ from deltalog.engine.cache import DecodedCache, HistoryCopies, gc_paused
 from deltalog.engine.codec import RecordCodec
 from deltalog.engine.config import (
     MEMORY,
-    before_checkpoint_id,
     check_open_options,
     parse_config,
     thread_id_of,
@@ -63,6 +62,7 @@ from deltalog.engine.export import header
 from deltalog.engine.import_check import check_import
 from deltalog.engine.maintenance import Maintenance
 from deltalog.engine.prepare import prepare_put, prepare_writes
+from deltalog.engine.reads import list_rows
 from deltalog.engine.reports import CompactReport, CopyReport, RemovalReport, VerifyReport
 from deltalog.engine.store import Store, WriteTxn, store_folder
 from deltalog.engine.store_rows import (
@@ -95,9 +95,6 @@ __all__ = ["MEMORY", "DeltaLogSaver", "SaverContext"]
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
-# Rows read per read transaction while listing: short transactions keep LMDB
-# from pinning old pages while the caller consumes the iterator.
-_LIST_CHUNK = 32
 # Tuples alist decodes per worker-thread hop: a hop costs ~50 us; one tuple
 # of a long thread can cost milliseconds, and a caller may stop early.
 _ALIST_BATCH: Final = 4
@@ -401,89 +398,10 @@ class DeltaLogSaver(
             Matching checkpoint tuples; checkpoints hidden by a delta-safe prune
             are skipped.
         """
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
-            raise InvalidInputError(f"limit {limit!r} is not an int; pass an int or None")
-        if filter is not None and not isinstance(filter, Mapping):
-            raise InvalidInputError(f"filter {filter!r} is not a mapping of metadata key to value")
-        only_id: str | None = None
-        if config is None:
-            scope: tuple[str, str | None] | None = None
-        else:
-            thread_id, _, only_id = parse_config(config)
-            ns = config["configurable"].get("checkpoint_ns")
-            scope = (thread_id, ns)
-        before_id = before_checkpoint_id(before)
-        before_key = keys.encode_id(before_id) if before_id is not None else None
-        remaining = limit
-        if remaining is not None and remaining <= 0:
-            return
-        for t, n in self._groups(scope):
-            start: bytes | None = None
-            if before_key is not None:
-                start = keys.checkpoint_key(t, n, before_key)
-            if only_id is not None:
-                row = self._read_checkpoint(t, n, only_id)
-                rows_iter: Iterator[CheckpointRow] = iter([row] if row is not None else [])
-                if before_key is not None and keys.encode_id(only_id) >= before_key:
-                    rows_iter = iter([])
-            else:
-                rows_iter = self._iter_group(t, n, start)
-            for row in rows_iter:
-                if row.hidden:
-                    continue
-                if filter:
-                    metadata = self._loads(row.metadata)
-                    if not all(metadata.get(k) == v for k, v in filter.items()):
-                        continue
-                yield self._to_tuple(row)
-                if remaining is not None:
-                    remaining -= 1
-                    if remaining <= 0:
-                        return
-
-    def _groups(self, scope: tuple[str, str | None] | None) -> builtins.list[tuple[int, int]]:
-        with self.store.read() as r:
-            if scope is None:
-                return [(t, n) for t in r.threads() for n in r.namespaces(t)]
-            thread_id, ns = scope
-            t = r.name_id(keys.KIND_THREAD, thread_id)
-            if t is None:
-                return []
-            if ns is None:
-                return [(t, n) for n in r.namespaces(t)]
-            n = r.name_id(keys.KIND_NS, ns)
-            return [] if n is None else [(t, n)]
-
-    def _iter_group(self, t: int, n: int, start: bytes | None) -> Iterator[CheckpointRow]:
-        prefix = keys.ns_prefix(t, n)
-        while True:
-            rows, start = self._read_chunk(t, n, prefix, start)
-            yield from rows
-            if len(rows) < _LIST_CHUNK:
-                return
-
-    # The list generators read through these: a generator frame that kept a
-    # read transaction object alive would keep its LMDB reader slot taken while
-    # suspended, and 126 suspended listings (coroutines in alist) fill the store.
-
-    def _read_checkpoint(self, t: int, n: int, checkpoint_id: str) -> CheckpointRow | None:
-        with self.store.read() as r:
-            return r.checkpoint(t, n, checkpoint_id)
-
-    def _read_chunk(
-        self, t: int, n: int, prefix: bytes, start: bytes | None
-    ) -> tuple[builtins.list[CheckpointRow], bytes | None]:
-        """Up to _LIST_CHUNK rows newest first below ``start``, and the next start."""
-        rows: builtins.list[CheckpointRow] = []
-        with self.store.read() as r:
-            for key, _ in r.iter_checkpoint_keys(prefix, start=start, reverse=True):
-                row = r.checkpoint(t, n, keys.decode_checkpoint_key(key)[2])
-                if row is not None:
-                    rows.append(row)
-                start = key
-                if len(rows) >= _LIST_CHUNK:
-                    break
-        return rows, start
+        for row in list_rows(
+            self.store, self._loads, config, filter=filter, before=before, limit=limit
+        ):
+            yield self._to_tuple(row)
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]

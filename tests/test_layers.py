@@ -32,6 +32,7 @@ LAYERS: dict[str, str] = {
     "deltalog.engine.prepare": "services",
     "deltalog.engine.inspection": "services",
     "deltalog.engine.summaries": "services",
+    "deltalog.engine.reads": "services",
     "deltalog.engine.memory": "services",
     "deltalog.engine.migrate": "services",
     "deltalog.engine.migrate_items": "services",
