@@ -25,8 +25,6 @@ import functools
 import logging
 import os
 import shutil
-import tempfile
-import threading
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -46,8 +44,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from deltalog.channels.replay import ChannelSource
 from deltalog.engine import keys
-from deltalog.engine.cache import DecodedCache, HistoryCopies, gc_paused
-from deltalog.engine.codec import RecordCodec
+from deltalog.engine.cache import DecodedCache, HistoryCopies
 from deltalog.engine.config import (
     MEMORY,
     check_open_options,
@@ -55,15 +52,13 @@ from deltalog.engine.config import (
     thread_id_of,
     thread_list,
 )
-from deltalog.engine.errors import (
-    InvalidInputError,
-)
 from deltalog.engine.export import header
 from deltalog.engine.import_check import check_import
 from deltalog.engine.maintenance import Maintenance
 from deltalog.engine.prepare import prepare_put, prepare_writes
 from deltalog.engine.reads import list_rows
 from deltalog.engine.reports import CompactReport, CopyReport, RemovalReport, VerifyReport
+from deltalog.engine.shared import open_path, open_shared, release_shared
 from deltalog.engine.store import Store, WriteTxn, store_folder
 from deltalog.engine.store_rows import (
     CheckpointRow,
@@ -74,7 +69,7 @@ from deltalog.engine.store_rows import (
     WriteRow,
 )
 from deltalog.engine.summaries import channel_sizes, thread_summaries
-from deltalog.engine.values import dumps, load, loads, to_tuple
+from deltalog.engine.values import decode_histories, dumps, load, loads, to_tuple
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
@@ -100,6 +95,8 @@ logger = logging.getLogger(__name__)
 _ALIST_BATCH: Final = 4
 # memory.py opens its environment as from_path does, through these names.
 _check_open_options = check_open_options
+_open_shared = open_shared
+_release_shared = release_shared
 
 
 class DeltaLogSaver(
@@ -211,18 +208,7 @@ class DeltaLogSaver(
             "group_commit": group_commit,
             "max_readers": max_readers,
         }
-        temp_dir = None
-        if os.fspath(path) == MEMORY:
-            temp_dir = tempfile.mkdtemp(prefix="deltalog-memory-")
-            path = temp_dir
-        else:
-            path = os.path.expanduser(os.fspath(path))
-        try:
-            store = _open_shared(path, options)
-        except BaseException:
-            if temp_dir is not None:
-                shutil.rmtree(temp_dir, ignore_errors=True)
-            raise
+        store, temp_dir = open_path(path, options)
         saver = cls(store, serde=serde, cache_bytes=cache_bytes)
         saver._shared = True
         saver._temp_dir = temp_dir
@@ -272,7 +258,7 @@ class DeltaLogSaver(
             self._executor = None
         if self._shared:
             self._shared = False
-            _release_shared(self.store)
+            release_shared(self.store)
         elif self.owns_store:
             self.store.close()
         if self._temp_dir is not None:
@@ -431,39 +417,7 @@ class DeltaLogSaver(
                 if ids is not None
                 else {c: DeltaHistory(None, ()) for c in channels}
             )
-        result: dict[str, DeltaChannelHistory] = {}
-        # Hundreds of writes plus a seed make tens of thousands of objects.
-        with gc_paused():
-            for channel in channels:
-                history = raw[channel]
-                entry: DeltaChannelHistory = {"writes": self._history_writes(history)}
-                if history.seed is not None:
-                    entry["seed"] = self._load(history.seed)
-                result[channel] = entry
-        return result
-
-    def _history_writes(self, history: DeltaHistory) -> builtins.list[Any]:
-        """Decoded ``(task_id, channel, value)`` of a history's writes: private objects.
-
-        When the history extends a remembered one whose decoded list this saver
-        kept (:class:`~deltalog.engine.cache.HistoryCopies`), only the writes
-        read fresh go through the serde; the rest are unpickled copies.
-        """
-        loads = self._loads
-        copies = self.history_copies
-        base = history.base
-        chunks = copies.get(base) if base is not None else None
-        if base is not None and chunks is not None:
-            fresh = [
-                (w.task_id, w.channel, loads(w.value)) for w in history.writes[len(base.writes) :]
-            ]
-            decoded, kept = copies.extend(chunks, fresh)
-        else:
-            decoded = [(w.task_id, w.channel, loads(w.value)) for w in history.writes]
-            kept = copies.start(decoded) if history.entry is not None else None
-        if history.entry is not None and history.entry is not base and kept is not None:
-            copies.put(history.entry, kept)
-        return decoded
+        return decode_histories(self.serde, self.cache, self.history_copies, raw, channels)
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -1014,60 +968,3 @@ def _settle(done: asyncio.Future[T], error: BaseException | None, value: T | Non
         done.set_exception(error)
     else:
         done.set_result(value)  # type: ignore[arg-type]
-
-
-# One environment per path and process: LMDB (and py-lmdb) refuse a second
-# open of the same path in one process, so from_path hands out one Store per
-# real path, counted, and closes it with its last saver.
-_SHARED_LOCK = threading.Lock()
-_SHARED: dict[str, tuple[Store, dict[str, Any], int]] = {}
-
-
-def _new_shared_lock_in_child() -> None:
-    # A fork while another thread held the lock would leave it locked forever
-    # in the child; the stores themselves reopen there on first use.
-    global _SHARED_LOCK
-    _SHARED_LOCK = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_new_shared_lock_in_child)
-
-
-def _open_shared(path: str | os.PathLike[str], options: dict[str, Any]) -> Store:
-    real = os.path.realpath(os.fspath(path))
-    with _SHARED_LOCK:
-        entry = _SHARED.get(real)
-        if entry is not None and not entry[0].closed:
-            store, opened_with, refs = entry
-            if opened_with != options:
-                diff = {k: (opened_with[k], v) for k, v in options.items() if opened_with[k] != v}
-                raise InvalidInputError(
-                    f"{os.fspath(path)!r} is already open in this process with other options "
-                    f"(option: (open, asked) = {diff}); open it with the same options or "
-                    "share the first saver"
-                )
-            _SHARED[real] = (store, opened_with, refs + 1)
-            return store
-        store = Store(
-            path,
-            map_size=options["map_size"],
-            max_map_size=options["max_map_size"],
-            durable=options["durable"],
-            codec=RecordCodec(compress_threshold=options["compress_threshold"]),
-            group_commit=options["group_commit"],
-            max_readers=options["max_readers"],
-        )
-        _SHARED[real] = (store, options, 1)
-        return store
-
-
-def _release_shared(store: Store) -> None:
-    with _SHARED_LOCK:
-        for real, (shared, options, refs) in list(_SHARED.items()):
-            if shared is store:
-                if refs > 1:
-                    _SHARED[real] = (shared, options, refs - 1)
-                    return
-                del _SHARED[real]
-                break
-    store.close()

@@ -9,16 +9,26 @@ pickle off), is the same one-line error wherever it is met.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from deltalog.engine.cache import DecodedCache
+from deltalog.engine.cache import DecodedCache, HistoryCopies, gc_paused
 from deltalog.engine.config import checkpoint_config
 from deltalog.engine.errors import InvalidInputError, SerdeMismatchError, UndecryptableValueError
-from deltalog.engine.store_rows import CheckpointRow, StoredValue, Typed
-from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
+from deltalog.engine.store_rows import CheckpointRow, DeltaHistory, StoredValue, Typed
+from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, DeltaChannelHistory
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-__all__ = ["dumps", "load", "loads", "serde_mismatch", "to_tuple"]
+__all__ = [
+    "decode_histories",
+    "dumps",
+    "history_writes",
+    "load",
+    "loads",
+    "serde_mismatch",
+    "to_tuple",
+]
 
 
 def dumps(serde: SerializerProtocol, value: Any, what: str) -> Typed:
@@ -109,3 +119,48 @@ def serde_mismatch(
         f"{what} of type {tag!r} is not a type {serde_name} loads; pass the serde= that "
         "wrote the store (deltalog CLI: --serde MODULE:ATTR)"
     )
+
+
+def decode_histories(
+    serde: SerializerProtocol,
+    cache: DecodedCache,
+    copies: HistoryCopies,
+    raw: Mapping[str, DeltaHistory],
+    channels: Sequence[str],
+) -> dict[str, DeltaChannelHistory]:
+    """``get_delta_channel_history``'s result from the raw histories the store walked."""
+    result: dict[str, DeltaChannelHistory] = {}
+    # Hundreds of writes plus a seed make tens of thousands of objects.
+    with gc_paused():
+        for channel in channels:
+            history = raw[channel]
+            entry: DeltaChannelHistory = {"writes": history_writes(serde, copies, history)}
+            if history.seed is not None:
+                entry["seed"] = load(serde, cache, history.seed)
+            result[channel] = entry
+    return result
+
+
+def history_writes(
+    serde: SerializerProtocol, copies: HistoryCopies, history: DeltaHistory
+) -> list[Any]:
+    """Decoded ``(task_id, channel, value)`` of a history's writes: private objects.
+
+    When the history extends a remembered one whose decoded list the saver
+    kept (:class:`~deltalog.engine.cache.HistoryCopies`), only the writes
+    read fresh go through the serde; the rest are unpickled copies.
+    """
+    decode = functools.partial(loads, serde)
+    base = history.base
+    chunks = copies.get(base) if base is not None else None
+    if base is not None and chunks is not None:
+        fresh = [
+            (w.task_id, w.channel, decode(w.value)) for w in history.writes[len(base.writes) :]
+        ]
+        decoded, kept = copies.extend(chunks, fresh)
+    else:
+        decoded = [(w.task_id, w.channel, decode(w.value)) for w in history.writes]
+        kept = copies.start(decoded) if history.entry is not None else None
+    if history.entry is not None and history.entry is not base and kept is not None:
+        copies.put(history.entry, kept)
+    return decoded
