@@ -1,23 +1,31 @@
-"""The saver's read paths over the store: ``list``'s scan, chunked into short transactions.
+"""The saver's read paths over the store: ``list``'s scan and the export, in short transactions.
 
 :func:`list_rows` is what ``DeltaLogSaver.list`` and ``alist`` iterate; the
-saver turns each row into a ``CheckpointTuple``. No read transaction stays
-open while the caller holds the iterator.
+saver turns each row into a ``CheckpointTuple``. :func:`export_rows` reads
+each thread in one snapshot. No read transaction stays open while the caller
+holds the iterator.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from deltalog.engine import keys
-from deltalog.engine.config import before_checkpoint_id, parse_config
+from deltalog.engine.config import before_checkpoint_id, parse_config, thread_list
 from deltalog.engine.errors import InvalidInputError
 from deltalog.engine.store import Store
 from deltalog.engine.store_rows import CheckpointRow, Typed
 from langchain_core.runnables import RunnableConfig
 
-__all__ = ["groups", "iter_group", "list_rows", "read_checkpoint", "read_chunk"]
+__all__ = [
+    "export_rows",
+    "groups",
+    "iter_group",
+    "list_rows",
+    "read_checkpoint",
+    "read_chunk",
+]
 
 # Rows read per read transaction while listing: short transactions keep LMDB
 # from pinning old pages while the caller consumes the iterator.
@@ -129,3 +137,25 @@ def read_chunk(
             if len(rows) >= _LIST_CHUNK:
                 break
     return rows, start
+
+
+def export_rows(
+    store: Store, thread_ids: Sequence[str] | None, *, items: bool | None
+) -> Iterator[dict[str, Any]]:
+    """The records after the header of :meth:`DeltaLogSaver.export_records
+    <deltalog.engine.DeltaLogSaver.export_records>`: each thread from one snapshot, then items.
+    """
+    with store.read() as r:
+        if thread_ids is None:
+            tids = [r.name_of(keys.KIND_THREAD, t) for t in r.threads()]
+        else:
+            tids = thread_list(thread_ids, "thread_ids")
+    for thread_id in tids:
+        with store.read() as r:
+            t = r.name_id(keys.KIND_THREAD, thread_id)
+            rows = list(r.export_thread(t)) if t is not None else []
+        yield from rows
+    if items if items is not None else thread_ids is None:
+        from deltalog.engine.memory_export import export_items
+
+        yield from export_items(store)

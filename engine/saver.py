@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import functools
-import logging
 import os
 import shutil
 from collections.abc import (
@@ -30,7 +29,6 @@ from collections.abc import (
     Awaitable,
     Callable,
     Collection,
-    Generator,
     Iterable,
     Iterator,
     Mapping,
@@ -44,19 +42,19 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from deltalog.channels.replay import ChannelSource
 from deltalog.engine import keys
+from deltalog.engine.aio import DONE, run_write, take
 from deltalog.engine.cache import DecodedCache, HistoryCopies
 from deltalog.engine.config import (
     MEMORY,
     check_open_options,
     parse_config,
     thread_id_of,
-    thread_list,
 )
 from deltalog.engine.export import header
 from deltalog.engine.import_check import check_import
 from deltalog.engine.maintenance import Maintenance
 from deltalog.engine.prepare import prepare_put, prepare_writes
-from deltalog.engine.reads import list_rows
+from deltalog.engine.reads import export_rows, list_rows
 from deltalog.engine.reports import CompactReport, CopyReport, RemovalReport, VerifyReport
 from deltalog.engine.shared import open_path, open_shared, release_shared
 from deltalog.engine.store import Store, WriteTxn, store_folder
@@ -88,7 +86,6 @@ if TYPE_CHECKING:
 __all__ = ["MEMORY", "DeltaLogSaver", "SaverContext"]
 
 T = TypeVar("T")
-logger = logging.getLogger(__name__)
 
 # Tuples alist decodes per worker-thread hop: a hop costs ~50 us; one tuple
 # of a long thread can cost milliseconds, and a caller may stop early.
@@ -244,7 +241,7 @@ class DeltaLogSaver(
         Kept for code written for ``PostgresSaver`` / ``AsyncPostgresSaver``:
         both ``saver.setup()`` and ``await saver.setup()`` work.
         """
-        return _DONE
+        return DONE
 
     async def asetup(self) -> None:
         """Nothing to set up (see :meth:`setup`)."""
@@ -707,20 +704,7 @@ class DeltaLogSaver(
             thread, then ``item`` records.
         """
         yield header()
-        with self.store.read() as r:
-            if thread_ids is None:
-                tids = [r.name_of(keys.KIND_THREAD, t) for t in r.threads()]
-            else:
-                tids = thread_list(thread_ids, "thread_ids")
-        for thread_id in tids:
-            with self.store.read() as r:
-                t = r.name_id(keys.KIND_THREAD, thread_id)
-                rows = builtins.list(r.export_thread(t)) if t is not None else []
-            yield from rows
-        if items if items is not None else thread_ids is None:
-            from deltalog.engine.memory_export import export_items
-
-            yield from export_items(self.store)
+        yield from export_rows(self.store, thread_ids, items=items)
 
     def import_records(self, records: Iterable[dict[str, Any]]) -> dict[str, int]:
         """Import an export stream in one write transaction (all or nothing, R8).
@@ -774,17 +758,7 @@ class DeltaLogSaver(
         A cancelled coroutine does not cancel its write, which may still
         commit.
         """
-        loop = asyncio.get_running_loop()
-        if not self.store.group_commit:
-            write = functools.partial(self.store.write, op, history_safe=history_safe)
-            return await loop.run_in_executor(self._writer_pool(), write)
-        done: asyncio.Future[T] = loop.create_future()
-
-        def notify(error: BaseException | None, value: T | None) -> None:  # committing thread
-            loop.call_soon_threadsafe(_settle, done, error, value)
-
-        self.store.submit(op, notify, history_safe=history_safe)
-        return await done
+        return await run_write(self.store, self._writer_pool, op, history_safe=history_safe)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async :meth:`get_tuple`: the read and decode run in a worker thread."""
@@ -805,7 +779,7 @@ class DeltaLogSaver(
         """
         items = self.list(config, filter=filter, before=before, limit=limit)
         while True:
-            batch = await asyncio.to_thread(_take, items, _ALIST_BATCH)
+            batch = await asyncio.to_thread(take, items, _ALIST_BATCH)
             for item in batch:
                 yield item
             if len(batch) < _ALIST_BATCH:
@@ -932,39 +906,3 @@ class SaverContext(
         saver, self._saver = self._saver, None
         if saver is not None:
             await asyncio.to_thread(saver.close)
-
-
-def _take(items: Iterator[T], n: int) -> list[T]:
-    """The next ``n`` items of an iterator (fewer at its end)."""
-    out: list[T] = []
-    for item in items:
-        out.append(item)
-        if len(out) >= n:
-            break
-    return out
-
-
-class _Done:
-    """An awaitable that is already done: what the no-op :meth:`DeltaLogSaver.setup` returns."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:  # what a REPL echoes after saver.setup()
-        return "<deltalog: nothing to set up>"
-
-    def __await__(self) -> Generator[Any, None, None]:
-        return
-        yield  # a generator that finishes at once
-
-
-_DONE: Final = _Done()
-
-
-def _settle(done: asyncio.Future[T], error: BaseException | None, value: T | None) -> None:
-    """Resolve an async write's future on its event loop (unless it was cancelled)."""
-    if done.done():
-        return
-    if error is not None:
-        done.set_exception(error)
-    else:
-        done.set_result(value)  # type: ignore[arg-type]

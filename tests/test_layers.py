@@ -34,6 +34,7 @@ LAYERS: dict[str, str] = {
     "deltalog.engine.summaries": "services",
     "deltalog.engine.reads": "services",
     "deltalog.engine.shared": "services",
+    "deltalog.engine.aio": "services",
     "deltalog.engine.memory": "services",
     "deltalog.engine.migrate": "services",
     "deltalog.engine.migrate_items": "services",
