@@ -98,7 +98,8 @@ KNOWN_UPWARD_IMPORTS: frozenset[tuple[str, str]] = frozenset()
 KNOWN_UPWARD_CALLS: dict[tuple[str, str], str] = {
     # issue 16: the codec calls the store to fetch a compression dictionary.
     ("deltalog.engine.codec", "dictionary_loader"): "codec -> store",
-    # issue 16: the store calls the saver's serde inside the write transaction.
+    # issue 16: the store calls the saver's serde inside the write transaction
+    # (the closure engine/prepare.py builds).
     ("deltalog.engine.store", "fallback"): "store -> saver",
 }
 
