@@ -4,7 +4,11 @@ This layer translates ``RunnableConfig`` into store calls and owns
 ``self.serde``: every channel value, checkpoint body, metadata dict and write
 goes through ``serde.dumps_typed`` / ``serde.loads_typed`` here, so
 ``EncryptedSerializer`` and LangGraph's strict msgpack allowlist keep working.
-It makes no LMDB calls; :mod:`deltalog.engine.store` does.
+It makes no LMDB calls; :mod:`deltalog.engine.store` does. Each method is a
+short delegation: arguments are parsed in :mod:`~deltalog.engine.config`,
+values cross the serde in :mod:`~deltalog.engine.values`, puts are serialized
+in :mod:`~deltalog.engine.prepare`, ``list`` scans in :mod:`~deltalog.engine.reads`,
+R7 maintenance runs in :mod:`~deltalog.engine.maintenance`.
 
 Async methods serialize their arguments in the caller's thread (the runtime
 may mutate what it passed as soon as control returns), then queue the write for
