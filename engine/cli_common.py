@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import click
+from deltalog.engine.config import config_for
 from deltalog.engine.errors import DeltaLogError, NotAStoreError
 from rich.console import Console
 from rich.measure import Measurement
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
     # LangGraph or LangChain (issue 19, fast start).
     from deltalog.engine.env import Environment
     from deltalog.engine.saver import DeltaLogSaver
-    from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.serde.base import SerializerProtocol
     from langgraph.pregel import Pregel
 
@@ -299,16 +299,6 @@ def human_bytes(n: float) -> str:
         if n < 1024 or unit == "TiB":
             break
     return f"{n:.1f} {unit}"
-
-
-def config_for(
-    thread_id: str, checkpoint_ns: str = "", checkpoint_id: str | None = None
-) -> RunnableConfig:
-    """A ``RunnableConfig`` naming a thread, a namespace and optionally a checkpoint."""
-    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
-    if checkpoint_id is not None:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
 
 
 # -- the serializer of CLI reads (issue 15.14, 15.16): deltalog.engine.cli_serde ----------

@@ -28,14 +28,15 @@ from deltalog.engine.cli_common import (
     store_path,
     to_jsonable,
 )
+from deltalog.engine.summaries import storage_stats, thread_summaries
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    # cli_state needs LangGraph: imported by the commands that rebuild state,
+    # inspection needs LangGraph: imported by the commands that rebuild state,
     # so `threads` and `stats` (and --help) start without it (issue 19).
-    from deltalog.engine.cli_state import ChannelDiff, HistoryEntry, StateView
+    from deltalog.engine.inspection import ChannelDiff, HistoryEntry, StateView
     from deltalog.engine.saver import DeltaLogSaver
 
 __all__ = ["diff_cmd", "history_cmd", "show_cmd", "stats_cmd", "threads_cmd"]
@@ -89,8 +90,8 @@ def threads_cmd(
     from the newest root checkpoint's id (LangGraph's ids carry their time).
     """
     out = Output(as_json)
-    with open_store(path) as store, store.read() as txn:
-        summaries = txn.thread_summaries()
+    with open_store(path) as store:
+        summaries = thread_summaries(store)
     rows: list[dict[str, Any]] = []
     for s in summaries:
         when = id_time(s.newest_id)
@@ -196,7 +197,7 @@ def history_cmd(
     checkpoint continues unindented. Read from metadata and write keys only
     (no state is decoded), so long threads list in about a second.
     """
-    from deltalog.engine.cli_state import collect_history, count_checkpoints
+    from deltalog.engine.inspection import collect_history, count_checkpoints
 
     out = Output(as_json)
     graph = load_graph(graph_spec) if graph_spec else None
@@ -409,7 +410,7 @@ def show_cmd(
     written as ("user", "hi") pairs, role/content dicts or strings count as
     messages. --tail/--head keep the last/first N messages of each channel.
     """
-    from deltalog.engine.cli_state import reconstruct_state, resolve_checkpoint
+    from deltalog.engine.inspection import reconstruct_state, resolve_checkpoint
 
     if tail is not None and head is not None:
         raise click.UsageError("pass --tail N or --head N, not both")
@@ -521,7 +522,7 @@ def diff_cmd(
     delta channel whose reducer is unknown (not messages; no --graph) is
     reported as not compared, never as added or removed.
     """
-    from deltalog.engine.cli_state import (
+    from deltalog.engine.inspection import (
         diff_states,
         reconstruct_state,
         relation,
@@ -652,11 +653,13 @@ def stats_cmd(path: Path, top: int, as_json: bool) -> None:
     """
     out = Output(as_json)
     with open_store(path) as opened:
-        with opened.read() as txn:
-            threads = txn.thread_summaries()
-            channels = txn.channel_sizes()
-        store = opened.stats()
-        file_bytes = opened.file_bytes()
+        found = storage_stats(opened)
+    threads, channels, store, file_bytes = (
+        found.threads,
+        found.channels,
+        found.environment,
+        found.file_bytes,
+    )
     channel_rows: list[dict[str, Any]] = []
     for name, c in sorted(
         channels.items(), key=lambda kv: -(kv[1]["blob_bytes"] + kv[1]["write_bytes"])

@@ -4,26 +4,18 @@
 Each is one call of a public :class:`~deltalog.engine.DeltaLogSaver` method
 whose report is printed (``--json``: its ``to_dict()``).
 
-The export stream (``deltalog export``, format ``deltalog-export`` version 1)
-is JSON Lines: one JSON object per line, the first the header
-``{"kind": "header", "format": "deltalog-export", "version": 1}``, then the
-``checkpoint``, ``blob``, ``write`` and (memory store) ``item`` records of
-:meth:`DeltaLogSaver.export_records`. Values stay exactly as the saver's serde
-wrote them; every ``bytes`` field is written as ``{"$b64": "<base64>"}``.
-docs/cli.md documents every field.
+``export`` and ``import`` write and read the stream of
+:mod:`deltalog.engine.export` (documented in docs/cli.md, "The export stream").
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import os
 import shutil
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -38,7 +30,6 @@ from deltalog.engine.cli_common import (
     human_bytes,
     json_option,
     load_graph,
-    one_line,
     open_saver,
     open_store,
     progress_bar,
@@ -46,6 +37,7 @@ from deltalog.engine.cli_common import (
     store_path,
 )
 from deltalog.engine.errors import ImportRecordError
+from deltalog.engine.export import decode_record, encode_record, read_lines
 from deltalog.engine.reports import RemovalReport, VerifyReport
 from rich.markup import escape
 from rich.table import Table
@@ -67,84 +59,9 @@ __all__ = [
     "verify_cmd",
 ]
 
-_B64 = "$b64"
-
 
 def _epilog(*examples: str) -> str:
     return "Examples:\n\n\b\n" + "\n".join(f"  {e}" for e in examples)
-
-
-# -- the export stream ------------------------------------------------------------------------
-
-
-def _encode(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {_B64: base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, Mapping):
-        if list(value) == [_B64]:
-            raise CliError(
-                f"cannot export a mapping whose only key is {_B64!r}: it would read back as bytes"
-            )
-        return {str(k): _encode(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_encode(v) for v in value]
-    return value
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, dict):
-        if len(value) == 1 and _B64 in value:
-            return base64.b64decode(value[_B64], validate=True)
-        return {k: _decode(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
-    return value
-
-
-def encode_record(record: Mapping[str, Any]) -> str:
-    """One export record as a JSON line (no newline), bytes as ``{"$b64": ...}``.
-
-    >>> encode_record({"kind": "blob", "value": ["msgpack", b"\\x01"]})
-    '{"kind":"blob","value":["msgpack",{"$b64":"AQ=="}]}'
-    """
-    return json.dumps(_encode(record), ensure_ascii=False, separators=(",", ":"))
-
-
-def decode_record(line: str) -> dict[str, Any]:
-    """Inverse of :func:`encode_record`.
-
-    >>> decode_record('{"kind":"blob","value":["msgpack",{"$b64":"AQ=="}]}')
-    {'kind': 'blob', 'value': ['msgpack', b'\\x01']}
-
-    Raises:
-        ValueError: The line is not a JSON object.
-    """
-    value = json.loads(line)
-    if not isinstance(value, dict):
-        raise ValueError(f"export line is not a JSON object: {line[:80]!r}")
-    decoded: dict[str, Any] = _decode(value)
-    return decoded
-
-
-def _read_lines(stream: IO[bytes]) -> tuple[list[Any], list[int]]:
-    """Every non-blank line of an import stream, decoded, and its line number.
-
-    A line that is JSON but not an object is kept: the validation pass names it.
-    """
-    records: list[Any] = []
-    numbers: list[int] = []
-    for number, raw in enumerate(stream, 1):
-        try:
-            line = raw.decode("utf-8")
-            if not line.strip():
-                continue
-            records.append(_decode(json.loads(line)))
-        except (ValueError, RecursionError) as exc:
-            # json's and base64's errors, UnicodeDecodeError, nesting too deep to decode.
-            reason = "nested too deeply" if isinstance(exc, RecursionError) else one_line(exc)
-            raise ImportRecordError(number, reason) from None
-        numbers.append(number)
-    return records, numbers
 
 
 # -- verify --------------------------------------------------------------------------------------
@@ -751,7 +668,7 @@ def import_cmd(path: Path, source: IO[bytes], as_json: bool) -> None:
     out = Output(as_json)
     if source.isatty():
         raise click.UsageError("pass FILE or pipe an export stream: deltalog import PATH < file")
-    records, numbers = _read_lines(read_stream(source))
+    records, numbers = read_lines(read_stream(source))
     from deltalog.engine.cli_serde import cli_serde
     from deltalog.engine.import_check import check_import
 

@@ -12,6 +12,8 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 __all__ = [
+    "AmbiguousCheckpointError",
+    "CheckpointNotFoundError",
     "ConcurrentChangeError",
     "ConfigError",
     "CorruptRecordError",
@@ -232,3 +234,11 @@ def __getattr__(name: str) -> Any:
             )
             globals()["NamespaceError"] = made
         return made
+
+
+class CheckpointNotFoundError(DeltaLogError, LookupError):
+    """No checkpoint of the thread matches the id, prefix or ``latest`` asked for (inspection)."""
+
+
+class AmbiguousCheckpointError(InvalidInputError):
+    """A checkpoint id prefix matches several checkpoints of the thread; give more of it."""

@@ -1,7 +1,7 @@
 """The validation pass of an import: every record of an export stream checked before a write.
 
 :func:`check_import` is pure: it takes the decoded records of a
-``deltalog-export`` stream (docs/cli.md, "The export stream") and returns
+``deltalog-export`` stream (:mod:`deltalog.engine.export`; docs/cli.md, "The export stream") and returns
 them normalized, or raises :class:`~deltalog.engine.errors.ImportRecordError`
 naming the line (record ``i`` of the stream is line ``i`` of an export file;
 the header is line 1) and the fix. Only then does the store open its write
@@ -32,6 +32,7 @@ from typing import Any, Final
 import ormsgpack
 from deltalog.engine import keys
 from deltalog.engine.errors import DeltaLogError, ImportRecordError, InvalidInputError
+from deltalog.engine.export import EXPORT_FORMAT, EXPORT_VERSION, KINDS, check_header
 from deltalog.engine.store_rows import FLAG_HIDDEN
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
@@ -39,13 +40,9 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 __all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "check_import", "serde_types"]
 
-EXPORT_FORMAT: Final = "deltalog-export"
-EXPORT_VERSION: Final = 1
-
 #: The type tags LangGraph's JsonPlusSerializer.loads_typed accepts (pickle only with its fallback).
 _JSONPLUS_TYPES: Final = frozenset({"null", "bytes", "bytearray", "json", "msgpack"})
 _KNOWN_FLAGS: Final = FLAG_HIDDEN
-_KINDS: Final = ("checkpoint", "blob", "write", "item")
 #: Largest microsecond/millisecond instant an item record may carry (the u64 TTL index).
 _MAX_INSTANT: Final = 2**63 - 1
 
@@ -181,8 +178,8 @@ class _Checker:
         kind = rec.get("kind")
         if kind == "header":
             raise self.fail("a second header; concatenate streams by importing them one by one")
-        if kind not in _KINDS:
-            raise self.fail(f"kind {kind!r:.40} is unknown; expected one of {', '.join(_KINDS)}")
+        if kind not in KINDS:
+            raise self.fail(f"kind {kind!r:.40} is unknown; expected one of {', '.join(KINDS)}")
         if kind == "item":
             return self.item(rec)
         thread_id = self.text(rec, "thread_id", kind)
@@ -388,25 +385,10 @@ def check_import(
     rows: list[dict[str, Any]] = []
     for checker.line, rec in enumerate(records, 1):
         if checker.line == 1:
-            _check_header(rec)
+            check_header(rec)
         else:
             rows.append(checker.record(rec))
     if checker.line == 0:
         raise ImportRecordError(1, "the stream is empty; pass the output of `deltalog export`")
     checker.cycles()
     return rows, checker.first_lines
-
-
-def _check_header(header: Any) -> None:
-    if not isinstance(header, Mapping) or header.get("format") != EXPORT_FORMAT:
-        raise ImportRecordError(
-            1,
-            f"the stream starts with {header!r:.80}, not a {EXPORT_FORMAT} header; pass the "
-            "output of `deltalog export`",
-        )
-    version = header.get("version")
-    if type(version) is not int or version != EXPORT_VERSION:
-        raise ImportRecordError(
-            1,
-            f"export stream version {version!r:.40}; this deltalog reads version {EXPORT_VERSION}",
-        )

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from deltalog.channels import read_counters
 from deltalog.engine import DeltaLogSaver, Environment
 from deltalog.engine.cli import cli
-from deltalog.engine.cli_state import (
+from deltalog.engine.inspection import (
     HistoryEntry,
     _tree_order,
     collect_history,

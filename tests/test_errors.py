@@ -23,6 +23,7 @@ from deltalog.engine.errors import (
     ReentrantWriteError,
     StoreClosedError,
 )
+from deltalog.engine.maintenance import Maintenance
 from deltalog.engine.memo import HistoryMemo
 from deltalog.engine.migrate import open_saver_uri
 from deltalog.engine.write_txn import WriteTxn
@@ -115,7 +116,7 @@ def test_a_prune_that_the_threads_keep_outrunning(
         config = grow(saver, config)
     before = len(list(saver.list({"configurable": {"thread_id": "t"}})))
     plans = []
-    planned = saver._groups_of
+    planned = Maintenance._groups_of
 
     def outrun(*args: Any, **kwargs: Any) -> Any:
         groups = planned(*args, **kwargs)
@@ -123,7 +124,7 @@ def test_a_prune_that_the_threads_keep_outrunning(
         grow(saver, latest(saver))  # another writer gets in between plan and commit
         return groups
 
-    monkeypatch.setattr(saver, "_groups_of", outrun)
+    monkeypatch.setattr(Maintenance, "_groups_of", outrun)
     with pytest.raises(ConcurrentChangeError, match="kept changing"):
         saver.prune(["t"], keep_last=1, reducers={"msgs": lambda s, w: [*s, *w]})
     assert len(plans) > 1

@@ -1,4 +1,4 @@
-"""What ``history``, ``show`` and ``diff`` compute, separate from how they print it.
+"""Inspection as library code: what ``history``, ``show`` and ``diff`` compute, not how they print.
 
 State is read through the saver's public API (``list``, ``get_tuple``,
 ``get_writes``, ``get_delta_channel_history``) and
@@ -18,6 +18,7 @@ other is reported as *unresolved* with its seed and write count, and
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,9 +26,11 @@ from typing import Any
 
 from deltalog.channels import Reconstructor, messages, read_counters
 from deltalog.engine import keys
-from deltalog.engine.cli_common import CliError, config_for
+from deltalog.engine.config import config_for
+from deltalog.engine.errors import AmbiguousCheckpointError, CheckpointNotFoundError
 from deltalog.engine.saver import DeltaLogSaver
 from deltalog.engine.store_rows import CheckpointRow, StoredValue
+from deltalog.engine.values import loads as serde_loads
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, DeltaChannelHistory
@@ -196,7 +199,7 @@ def _is_snapshot(saver: DeltaLogSaver, value: StoredValue) -> bool:
         return False
     if ctype == "msgpack":
         return _ext_code(payload) == EXT_DELTA_SNAPSHOT
-    return isinstance(saver._loads(value.typed), _DeltaSnapshot)
+    return isinstance(serde_loads(saver.serde, value.typed), _DeltaSnapshot)
 
 
 class _Stored(dict[str, Any]):
@@ -209,7 +212,7 @@ class _Stored(dict[str, Any]):
 
     def get(self, key: str, default: Any = None) -> Any:
         if key == _TASKS and key in self._values:
-            return self._saver._loads(self._values[key].typed)
+            return serde_loads(self._saver.serde, self._values[key].typed)
         return super().get(key, default)
 
 
@@ -220,7 +223,7 @@ def _entry(saver: DeltaLogSaver, row: CheckpointRow) -> HistoryEntry:
     when the step scheduled Send packets, ``__pregel_tasks``. Seeds are told
     from the first bytes of the stored value (:func:`_is_snapshot`).
     """
-    loads = saver._loads  # a value this serde cannot load: one SerdeMismatchError line
+    loads = functools.partial(serde_loads, saver.serde)  # unloadable: one SerdeMismatchError line
     meta = loads(row.metadata) or {}
     checkpoint: Checkpoint = loads(row.checkpoint)
     checkpoint["channel_versions"] = dict(row.channel_versions)
@@ -453,13 +456,13 @@ def reconstruct_state(
     :class:`~deltalog.channels.Reconstructor`); without, see the module docstring.
 
     Raises:
-        CliError: No such checkpoint.
+        CheckpointNotFoundError: No such checkpoint.
     """
     tup = saver.get_tuple(config)
     if tup is None:
         conf = config["configurable"]
         what = conf.get("checkpoint_id") or "any checkpoint"
-        raise CliError(
+        raise CheckpointNotFoundError(
             f"thread {conf['thread_id']!r} (namespace {conf.get('checkpoint_ns', '')!r}) has "
             f"no {what}; list them with `deltalog threads` / `deltalog history`"
         )
@@ -504,12 +507,13 @@ def resolve_checkpoint(
     """A full checkpoint id from ``ref``: an id, a unique prefix, or ``latest`` / None.
 
     Raises:
-        CliError: No checkpoint matches, or a prefix matches several.
+        CheckpointNotFoundError: No checkpoint matches.
+        AmbiguousCheckpointError: A prefix matches several.
     """
     if ref is None or ref == "latest":
         tup = saver.get_tuple(config_for(thread_id, checkpoint_ns))
         if tup is None:
-            raise CliError(
+            raise CheckpointNotFoundError(
                 f"thread {thread_id!r} (namespace {checkpoint_ns!r}) has no checkpoints; "
                 "list threads with `deltalog threads PATH`"
             )
@@ -525,11 +529,13 @@ def resolve_checkpoint(
     if len(matches) == 1:
         return str(matches[0])
     if not matches:
-        raise CliError(
+        raise CheckpointNotFoundError(
             f"no checkpoint {ref!r} in thread {thread_id!r} (namespace {checkpoint_ns!r}); "
             f"see `deltalog history PATH {thread_id}`"
         )
-    raise CliError(f"checkpoint prefix {ref!r} matches {len(matches)} checkpoints; give more of it")
+    raise AmbiguousCheckpointError(
+        f"checkpoint prefix {ref!r} matches {len(matches)} checkpoints; give more of it"
+    )
 
 
 def relation(

@@ -1,0 +1,103 @@
+"""One environment per path and process, shared by every saver and memory store opened on it.
+
+LMDB (and py-lmdb) refuse a second open of the same path in one process, so
+:meth:`DeltaLogSaver.from_path <deltalog.engine.DeltaLogSaver.from_path>` and
+``DeltaLogStore.from_path`` get their :class:`~deltalog.engine.env.Environment`
+here: one per real path, counted, closed with its last user. A second open
+with other options is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from typing import Any
+
+from deltalog.engine.codec import RecordCodec
+from deltalog.engine.config import MEMORY
+from deltalog.engine.env import Environment
+from deltalog.engine.errors import InvalidInputError
+
+__all__ = ["open_path", "open_shared", "release_shared"]
+
+
+# One environment per path and process: LMDB (and py-lmdb) refuse a second
+# open of the same path in one process, so from_path hands out one Environment per
+# real path, counted, and closes it with its last saver.
+_SHARED_LOCK = threading.Lock()
+_SHARED: dict[str, tuple[Environment, dict[str, Any], int]] = {}
+
+
+def _new_shared_lock_in_child() -> None:
+    # A fork while another thread held the lock would leave it locked forever
+    # in the child; the stores themselves reopen there on first use.
+    global _SHARED_LOCK
+    _SHARED_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_shared_lock_in_child)
+
+
+def open_shared(path: str | os.PathLike[str], options: dict[str, Any]) -> Environment:
+    real = os.path.realpath(os.fspath(path))
+    with _SHARED_LOCK:
+        entry = _SHARED.get(real)
+        if entry is not None and not entry[0].closed:
+            store, opened_with, refs = entry
+            if opened_with != options:
+                diff = {k: (opened_with[k], v) for k, v in options.items() if opened_with[k] != v}
+                raise InvalidInputError(
+                    f"{os.fspath(path)!r} is already open in this process with other options "
+                    f"(option: (open, asked) = {diff}); open it with the same options or "
+                    "share the first saver"
+                )
+            _SHARED[real] = (store, opened_with, refs + 1)
+            return store
+        store = Environment(
+            path,
+            map_size=options["map_size"],
+            max_map_size=options["max_map_size"],
+            durable=options["durable"],
+            codec=RecordCodec(compress_threshold=options["compress_threshold"]),
+            group_commit=options["group_commit"],
+            max_readers=options["max_readers"],
+        )
+        _SHARED[real] = (store, options, 1)
+        return store
+
+
+def release_shared(store: Environment) -> None:
+    with _SHARED_LOCK:
+        for real, (shared, options, refs) in list(_SHARED.items()):
+            if shared is store:
+                if refs > 1:
+                    _SHARED[real] = (shared, options, refs - 1)
+                    return
+                del _SHARED[real]
+                break
+    store.close()
+
+
+def open_path(
+    path: str | os.PathLike[str], options: dict[str, Any]
+) -> tuple[Environment, str | None]:
+    """The shared store at ``path`` (``~`` expanded; ``":memory:"``: a new temporary folder).
+
+    Returns:
+        The store and the temporary folder to delete when it closes (None for a path).
+    """
+    temp_dir = None
+    if os.fspath(path) == MEMORY:
+        temp_dir = tempfile.mkdtemp(prefix="deltalog-memory-")
+        path = temp_dir
+    else:
+        path = os.path.expanduser(os.fspath(path))
+    try:
+        store = open_shared(path, options)
+    except BaseException:
+        if temp_dir is not None:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+        raise
+    return store, temp_dir
