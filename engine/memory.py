@@ -30,12 +30,16 @@ from deltalog.engine import memory_core as core
 from deltalog.engine.cache import gc_paused
 from deltalog.engine.errors import EmbeddingError, ItemValueError
 from deltalog.engine.memory_io import (
+    Changes,
     ItemRecord,
     MemoryReader,
     MemoryWriter,
+    VectorMatrix,
     VectorRecord,
+    apply_changes,
     directory,
     text_digest,
+    vector_matrix,
 )
 from deltalog.engine.store import Store, WriteTxn
 from langchain_core.embeddings import Embeddings
@@ -447,20 +451,27 @@ class DeltaLogStore(BaseStore):
                 reader = MemoryReader(r)
                 results, refresh = self._reads(reader, plan, now_ms)
             if refresh and not self.env.readonly:  # a read-only open never writes
-                self.env.write(
-                    lambda w: self._refresh(MemoryWriter(w), refresh, now_ms), history_safe=True
-                )
+
+                def refresh_op(w: WriteTxn) -> Changes | None:
+                    writer = MemoryWriter(w)
+                    self._refresh(writer, refresh, now_ms)
+                    return writer.changes
+
+                apply_changes(self.env, self.env.write(refresh_op, history_safe=True))
             return results
 
-        def op(w: WriteTxn) -> tuple[list[Result], dict[tuple[str, ...], int]]:
+        def op(
+            w: WriteTxn,
+        ) -> tuple[list[Result], dict[tuple[str, ...], int], Changes | None]:
             writer = MemoryWriter(w)
             results, refresh = self._reads(writer, plan, now_ms)
             self._refresh(writer, refresh, now_ms)
             self._apply_puts(writer, plan, now_ms, now_us)
-            return results, writer.new_namespaces
+            return results, writer.new_namespaces, writer.changes
 
-        results, new = self.env.write(op, history_safe=True)
+        results, new, changes = self.env.write(op, history_safe=True)
         self._directory.learn(new)
+        apply_changes(self.env, changes)
         return results
 
     def _reads(
@@ -526,6 +537,17 @@ class DeltaLogStore(BaseStore):
     ) -> list[tuple[SearchItem, float | None]]:
         prefix = tuple(op.namespace_prefix)
         flt = op.filter
+        if query is not None and not flt:
+            # No filter: rank the whole prefix on the in-RAM matrix, then read
+            # only the items of the page (and what it skips) from LMDB.
+            matrix = vector_matrix(self.env, len(query))
+            with matrix.lock:
+                if matrix.current(reader, load=not isinstance(reader, MemoryWriter)):
+                    ranked = self._rank_prefix(reader, matrix, prefix, query, now_ms, op)
+                    return [
+                        (_search_item(rec, score), rec.ttl_minutes)
+                        for rec, score in ranked[op.offset : op.offset + op.limit]
+                    ]
         stop = op.offset + op.limit if query is None and op.offset >= 0 and op.limit >= 0 else None
         found: list[tuple[int, bytes, ItemRecord]] = []
         for ns_id, ns in self._candidates(reader, prefix):
@@ -542,21 +564,68 @@ class DeltaLogStore(BaseStore):
         if query is None:
             page = found[op.offset : op.offset + op.limit]
             return [(_search_item(rec, None), rec.ttl_minutes) for _, _, rec in page]
-        ranked = self._rank(reader, found, query)
+        ranked = self._rank(reader, found, query, op.offset + op.limit)
         return [
             (_search_item(rec, score), rec.ttl_minutes)
             for rec, score in ranked[op.offset : op.offset + op.limit]
         ]
+
+    def _rank_prefix(
+        self,
+        reader: MemoryReader,
+        matrix: VectorMatrix,
+        prefix: tuple[str, ...],
+        query: list[float],
+        now_ms: int,
+        op: SearchOp,
+    ) -> list[tuple[ItemRecord, float | None]]:
+        """The first ``offset + limit`` items under ``prefix`` by score (matrix current)."""
+        need = op.offset + op.limit
+        cands = self._candidates(reader, prefix)
+        if need <= 0 or not cands:
+            return []
+        names = dict(cands)
+        scores = matrix.scores(query, ns_ids=list(names) if prefix else ())
+        out: list[tuple[ItemRecord, float | None]] = []
+        seen: set[bytes] = set()
+        row_keys, row_ns = matrix.keys, matrix.ns
+        for row in core.ranked_rows(scores, lambda r: (int(row_ns[r]), row_keys[r]), 2 * need + 8):
+            ikey = row_keys[row]
+            if ikey in seen:
+                continue  # a lower vector of an item already ranked
+            seen.add(ikey)
+            ns = names.get(int(row_ns[row]))
+            rec = reader.item_at(ikey, ns) if ns is not None else None
+            if rec is None or core.is_expired(rec.expires_ms, now_ms):
+                continue
+            out.append((rec, float(scores[row])))
+            if len(out) >= need:
+                return out
+        # Every scored item is listed: the items without vectors follow, in search order.
+        for ns_id, ns in cands:
+            for ikey, rec in reader.scan(ns_id, ns):
+                if ikey not in seen and not core.is_expired(rec.expires_ms, now_ms):
+                    out.append((rec, None))
+                    if len(out) >= need:
+                        return out
+        return out
 
     def _rank(
         self,
         reader: MemoryReader,
         found: list[tuple[int, bytes, ItemRecord]],
         query: list[float],
+        need: int,
     ) -> list[tuple[ItemRecord, float | None]]:
         import numpy as np
 
         dims = len(query)
+        ram = vector_matrix(self.env, dims)
+        with ram.lock:
+            if ram.current(reader, load=not isinstance(reader, MemoryWriter)):
+                return _rank_on(ram, found, query, need)
+        # The matrix is ahead of this snapshot, or this is a write transaction:
+        # the candidates' vectors from LMDB, ranked the same way.
         rows: list[bytes] = []
         owners: list[int] = []
         position = {ikey: i for i, (_, ikey, _) in enumerate(found)}
@@ -649,7 +718,8 @@ class DeltaLogStore(BaseStore):
         total = 0
         while True:
             now_ms, _ = self._now()
-            deleted, more = self.env.write(_sweeper(now_ms), history_safe=True)
+            deleted, more, changes = self.env.write(_sweeper(now_ms), history_safe=True)
+            apply_changes(self.env, changes)
             total += deleted
             if not more:
                 return SweepCount(total)
@@ -868,9 +938,11 @@ def _check_index(
     return cfg, embeddings, [_tokenize(f) for f in fields]
 
 
-def _sweeper(now_ms: int) -> Callable[[WriteTxn], tuple[int, bool]]:
-    def op(w: WriteTxn) -> tuple[int, bool]:
-        return MemoryWriter(w).sweep(now_ms)
+def _sweeper(now_ms: int) -> Callable[[WriteTxn], tuple[int, bool, Changes | None]]:
+    def op(w: WriteTxn) -> tuple[int, bool, Changes | None]:
+        writer = MemoryWriter(w)
+        deleted, more = writer.sweep(now_ms)
+        return deleted, more, writer.changes
 
     return op
 
@@ -908,3 +980,33 @@ def _search_item(rec: ItemRecord, score: float | None) -> SearchItem:
         updated_at=_dt(rec.updated_us),
         score=score,
     )
+
+
+def _rank_on(
+    matrix: VectorMatrix,
+    found: list[tuple[int, bytes, ItemRecord]],
+    query: list[float],
+    need: int,
+) -> list[tuple[ItemRecord, float | None]]:
+    """The first ``need`` of ``found`` by score, on a current matrix (held locked)."""
+    import numpy as np
+
+    position = {ikey: i for i, (_, ikey, _) in enumerate(found)}
+    rows = [r for ikey in position for r in matrix.by_item.get(ikey, ())]
+    mask = np.zeros(matrix.size, dtype=bool)
+    mask[rows] = True
+    scores = matrix.scores(query, rows=mask)
+    out: list[tuple[ItemRecord, float | None]] = []
+    seen: set[int] = set()
+    row_keys = matrix.keys
+    if need > 0 and rows:
+        for row in core.ranked_rows(scores, lambda r: position[row_keys[r]], 2 * need + 8):
+            i = position[row_keys[row]]
+            if i in seen:
+                continue
+            seen.add(i)
+            out.append((found[i][2], float(scores[row])))
+            if len(out) >= need:
+                return out
+    out.extend((rec, None) for i, (_, _, rec) in enumerate(found) if i not in seen)
+    return out

@@ -16,7 +16,7 @@ does).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from deltalog.engine.errors import ItemValueError, NamespaceError
@@ -36,6 +36,7 @@ __all__ = [
     "list_namespaces",
     "matches_condition",
     "matches_filter",
+    "ranked_rows",
     "validate_labels",
     "validate_namespace",
 ]
@@ -341,3 +342,43 @@ def best_scores(
         if owner not in best or score > best[owner]:
             best[owner] = float(score)
     return best
+
+
+def ranked_rows(
+    scores: npt.NDArray[np.float32], tiebreak: Callable[[int], Any], first: int
+) -> Iterator[int]:
+    """Row indexes by descending score, equal scores by ``tiebreak(row)``; rows
+    scored ``-inf`` are left out.
+
+    Exact and lazy: the best ``first`` rows (and every row tied with the last
+    of them) are sorted first; a caller that wants more rows gets the next,
+    four times wider, slice. Each slice holds every row scoring at least its
+    threshold, so the order of the rows already given never changes.
+    """
+    import numpy as np
+
+    neg = -scores
+    valid = int(np.count_nonzero(neg < np.inf))
+    k, done = max(1, first), 0
+    while True:
+        if k >= valid:
+            idx = np.flatnonzero(neg < np.inf)
+        else:
+            kth = np.partition(neg, k - 1)[k - 1]
+            idx = np.flatnonzero(neg <= kth)
+        order = idx[np.argsort(neg[idx], kind="stable")]
+        vals = neg[order]
+        rows: list[int] = order.tolist()
+        ties: list[int] = np.flatnonzero(vals[1:] == vals[:-1]).tolist()
+        j = 0
+        while j < len(ties):  # each run of equal scores, sorted by the tie-break
+            lo = hi = ties[j]
+            while j + 1 < len(ties) and ties[j + 1] == hi + 1:
+                j, hi = j + 1, hi + 1
+            rows[lo : hi + 2] = sorted(rows[lo : hi + 2], key=tiebreak)
+            j += 1
+        yield from rows[done:]
+        done = len(rows)
+        if k >= valid:
+            return
+        k *= 4

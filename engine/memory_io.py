@@ -25,10 +25,12 @@ A store opened read-only before any writable open of this version has no
 from __future__ import annotations
 
 import hashlib
+import struct
 import threading
 import weakref
-from collections.abc import Iterator
-from dataclasses import dataclass
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from deltalog.engine import keys
@@ -36,18 +38,77 @@ from deltalog.engine.errors import CorruptRecordError
 from deltalog.engine.store import ReadTxn, Store, WriteTxn
 
 __all__ = [
+    "Changes",
     "ItemRecord",
     "MemoryReader",
     "MemoryWriter",
     "NamespaceDirectory",
+    "VectorMatrix",
     "VectorRecord",
+    "apply_changes",
+    "decode_counts",
     "directory",
+    "encode_counts",
     "text_digest",
+    "vector_matrix",
 ]
 
 # A sweep deletes at most this many expired items per write transaction, so
 # checkpoint writers queued behind it wait one short commit, not the whole sweep.
 SWEEP_CHUNK: Final = 500
+_COUNTER = struct.Struct(">QI")
+_COUNTS = struct.Struct(">QQI")
+
+
+def encode_counter(value: int) -> bytes:
+    """The change counter record (u64 and a CRC-32 over key and value)."""
+    raw = value.to_bytes(8, "big")
+    return raw + zlib.crc32(raw, zlib.crc32(keys.ITEM_CHANGES)).to_bytes(4, "big")
+
+
+def decode_counter(raw: bytes) -> int:
+    """The change counter; CorruptRecordError if the record is damaged."""
+    if len(raw) != _COUNTER.size:
+        raise CorruptRecordError(f"item_ns change counter is {len(raw)} bytes, not 12")
+    value, crc = _COUNTER.unpack(raw)
+    if zlib.crc32(raw[:8], zlib.crc32(keys.ITEM_CHANGES)) != crc:
+        raise CorruptRecordError("item_ns change counter fails its checksum")
+    return int(value)
+
+
+def encode_counts(ns_id: int, items: int, with_ttl: int) -> bytes:
+    """A namespace's count record: its items, those with a TTL, a CRC-32."""
+    raw = struct.pack(">QQ", items, with_ttl)
+    return raw + zlib.crc32(raw, zlib.crc32(keys.item_count_key(ns_id))).to_bytes(4, "big")
+
+
+def decode_counts(key: bytes, raw: bytes) -> tuple[int, int]:
+    """``(items, items with a TTL)`` of a count record; CorruptRecordError if damaged."""
+    if len(raw) != _COUNTS.size:
+        raise CorruptRecordError(f"item_ns {bytes(key).hex()} is not a count record")
+    items, with_ttl, crc = _COUNTS.unpack(raw)
+    if zlib.crc32(raw[:16], zlib.crc32(key)) != crc:
+        raise CorruptRecordError(f"item_ns {bytes(key).hex()} fails its checksum")
+    return int(items), int(with_ttl)
+
+
+def _ns_of(item: bytes) -> int:
+    """The namespace id an ``items`` key starts with (a ``uid``)."""
+    return int.from_bytes(item[1 : 1 + item[0]], "big")
+
+
+@dataclass
+class Changes:
+    """What one write op changed, for the in-RAM matrices after its commit.
+
+    ``before``/``after`` are the change counter around the op (``before`` None:
+    the store had no counter yet); ``vectors`` maps each item key whose vectors
+    were replaced to its vectors now (empty: none, the item may be gone).
+    """
+
+    before: int | None
+    after: int
+    vectors: dict[bytes, list[bytes]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -170,6 +231,8 @@ class MemoryReader:
         ok = cur.set_range(keys.item_ns_rev_key(after + 1))
         while ok:
             key = cur.key()
+            if key[:1] != keys.ITEM_NS_REV:
+                break  # the change counter and the counts follow the namespaces
             ns_id = keys.decode_item_ns_rev_key(key)
             labels = self.codec.decode(cur.value(), f"item_ns {key.hex()}")
             if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
@@ -189,7 +252,34 @@ class MemoryReader:
             return None  # a hashed long namespace that only shares the hash
         return int.from_bytes(raw[:8], "big")
 
+    def counts(self) -> dict[int, tuple[int, int]]:
+        """Every namespace's ``(items, items with a TTL)``; a namespace without a
+        count record (a format 4 store opened read-only) is absent: unknown."""
+        out: dict[int, tuple[int, int]] = {}
+        if self.ns_db is None:
+            return out
+        cur = self.txn.cursor(db=self.ns_db)
+        ok = cur.set_range(keys.ITEM_COUNT)
+        while ok:
+            key = cur.key()
+            out[keys.decode_item_count_key(key)] = decode_counts(key, cur.value())
+            ok = cur.next()
+        return out
+
+    def change_state(self) -> tuple[int, int]:
+        """What identifies this snapshot's memory records: ``(0, change counter)``,
+        or ``(1, transaction id)`` in a store without a counter (yet)."""
+        raw = self.txn.get(keys.ITEM_CHANGES, db=self.ns_db) if self.ns_db is not None else None
+        if raw is None:
+            return (1, int(self.txn.id()))
+        return (0, decode_counter(raw))
+
     # -- items ---------------------------------------------------------------------
+
+    def item_at(self, ikey: bytes, namespace: tuple[str, ...]) -> ItemRecord | None:
+        """The item stored under an ``items`` key, expired or not; None if absent."""
+        raw = self.txn.get(ikey, db=self.items_db) if self.items_db is not None else None
+        return None if raw is None else self._item(namespace, ikey, raw)
 
     def _item(self, namespace: tuple[str, ...], key: bytes, raw: bytes) -> ItemRecord:
         rec = self.codec.decode(raw, f"items {key.hex()}")
@@ -370,6 +460,27 @@ class MemoryWriter(MemoryReader):
         super().__init__(txn)
         #: Namespaces this transaction interned (for the directory after commit).
         self.new_namespaces: dict[tuple[str, ...], int] = {}
+        #: What this op changed (None: nothing yet), for :meth:`VectorMatrix.apply`.
+        self.changes: Changes | None = None
+
+    def touch(self) -> Changes:
+        """Count this op as one memory change (the first call adds one to the counter)."""
+        if self.changes is None:
+            raw = self.txn.get(keys.ITEM_CHANGES, db=self.ns_db)
+            before = decode_counter(raw) if raw is not None else None
+            after = (before or 0) + 1
+            self.txn.put(keys.ITEM_CHANGES, encode_counter(after), db=self.ns_db)
+            self.changes = Changes(before, after)
+        return self.changes
+
+    def _count(self, ns_id: int, items: int, with_ttl: int) -> None:
+        key = keys.item_count_key(ns_id)
+        raw = self.txn.get(key, db=self.ns_db)
+        if raw is None:
+            return  # no counts for this namespace: they stay unknown (never half-right)
+        have, have_ttl = decode_counts(key, raw)
+        value = encode_counts(ns_id, max(0, have + items), max(0, have_ttl + with_ttl))
+        self.txn.put(key, value, db=self.ns_db)
 
     def intern_ns(self, namespace: tuple[str, ...]) -> int:
         """The id of ``namespace``, allocating one if it is new."""
@@ -380,7 +491,9 @@ class MemoryWriter(MemoryReader):
         if found is not None:
             return found
         cur = self.txn.cursor(db=self.ns_db)
-        last = cur.key() if cur.last() else b""
+        # The last namespace record: the one before the change counter and counts.
+        ok = cur.prev() if cur.set_range(keys.ITEM_CHANGES) else cur.last()
+        last = cur.key() if ok else b""
         ns_id = keys.decode_item_ns_rev_key(last) + 1 if last[:1] == keys.ITEM_NS_REV else 1
         name_key = keys.item_ns_key(namespace)
         value = keys.u64(ns_id)
@@ -389,11 +502,16 @@ class MemoryWriter(MemoryReader):
         self.txn.put(name_key, value, db=self.ns_db)
         self.txn.put(keys.item_ns_rev_key(ns_id), self.codec.encode(list(namespace)), db=self.ns_db)
         self.new_namespaces[namespace] = ns_id
+        self.txn.put(keys.item_count_key(ns_id), encode_counts(ns_id, 0, 0), db=self.ns_db)
         return ns_id
 
     def put_item(self, ns_id: int, rec: ItemRecord, old: ItemRecord | None) -> bytes:
         """Write an item (replacing ``old``, its TTL entry too); return its key."""
         ikey = keys.item_key(ns_id, rec.key)
+        self.touch()
+        with_ttl = (rec.expires_ms is not None) - (old is not None and old.expires_ms is not None)
+        if old is None or with_ttl:
+            self._count(ns_id, old is None, with_ttl)
         if old is not None and old.expires_ms is not None:
             self.txn.delete(keys.item_ttl_key(old.expires_ms, ikey), db=self.ttl_db)
         record = [rec.key, rec.value, rec.created_us, rec.updated_us, rec.ttl_minutes]
@@ -406,6 +524,8 @@ class MemoryWriter(MemoryReader):
     def delete_item(self, ns_id: int, old: ItemRecord) -> None:
         """Delete an item, its vectors and its TTL entry."""
         ikey = keys.item_key(ns_id, old.key)
+        self.touch()
+        self._count(ns_id, -1, -(old.expires_ms is not None))
         self.txn.delete(ikey, db=self.items_db)
         if old.expires_ms is not None:
             self.txn.delete(keys.item_ttl_key(old.expires_ms, ikey), db=self.ttl_db)
@@ -413,6 +533,7 @@ class MemoryWriter(MemoryReader):
 
     def set_vectors(self, item: bytes, records: list[VectorRecord]) -> None:
         """Replace every vector record of an item (none: drop them all)."""
+        self.touch().vectors[item] = [rec.vector for rec in records]
         cur = self.txn.cursor(db=self.vectors_db)
         ok = cur.set_range(item)
         while ok:
@@ -441,6 +562,197 @@ class MemoryWriter(MemoryReader):
             if rec.expires_ms != expires:
                 continue  # refreshed meanwhile: a newer entry carries it
             self.txn.delete(ikey, db=self.items_db)
+            self._count(_ns_of(ikey), -1, -1)
             self.set_vectors(ikey, [])
             deleted += 1
         return deleted, len(found) == limit
+
+
+class VectorMatrix:
+    """Every stored vector of one size, in RAM: the float32 matrix exact search scans.
+
+    Loaded from ``item_vectors`` by the first query search of the process, then
+    kept current by :meth:`apply` after each of this process's commits. Each
+    state is tagged with the change counter it reflects; a search whose
+    snapshot carries another counter (a write by another process, or an import)
+    reloads it, so results always equal brute force over the snapshot's vectors.
+    Hold :attr:`lock` around :meth:`current` and every use of the arrays.
+    """
+
+    def __init__(self, dims: int) -> None:
+        self.lock = threading.Lock()
+        self.dims = dims
+        #: The snapshot the arrays reflect (see MemoryReader.change_state); None: not loaded.
+        self.state: tuple[int, int] | None = None
+        self.rows: Any = None  # (capacity, dims) float32
+        self.norms: Any = None  # (capacity,) float32, 0 for free rows
+        self.ns: Any = None  # (capacity,) int64 namespace id, -1 for free rows
+        #: Row -> the ``items`` key it belongs to (b"" for free rows).
+        self.keys: list[bytes] = []
+        self.by_item: dict[bytes, list[int]] = {}
+        self.size = 0  # rows in use or freed (the high-water mark)
+        self._free: list[int] = []
+        self._pending: dict[int, Changes] = {}
+
+    def current(self, reader: MemoryReader, *, load: bool = True) -> bool:
+        """Bring the matrix to the reader's snapshot; False where it cannot (then
+        rank from LMDB): the matrix is ahead of the snapshot, or ``load`` is
+        False (a write transaction: it may see changes that never commit)."""
+        want = reader.change_state()
+        if self.state == want:
+            return True
+        if not load or (
+            self.state is not None and self.state[0] == want[0] == 0 and self.state[1] > want[1]
+        ):
+            return False
+        self._load(reader, want)
+        return True
+
+    def _load(self, reader: MemoryReader, state: tuple[int, int]) -> None:
+        import numpy as np
+
+        width = 4 * self.dims
+        item_keys: list[bytes] = []
+        blobs: list[bytes] = []
+        if reader.vectors_db is not None:
+            decode = reader.codec.decode
+            for key, raw in reader.txn.cursor(db=reader.vectors_db).iternext():
+                try:
+                    rec = decode(raw, "item_vectors")
+                except CorruptRecordError:
+                    rec = decode(raw, f"item_vectors {bytes(key).hex()}")  # raises, naming the key
+                if not (isinstance(rec, list) and len(rec) == 3 and isinstance(rec[2], bytes)):
+                    raise CorruptRecordError(
+                        f"item_vectors {bytes(key).hex()} is not a vector record"
+                    )
+                if len(rec[2]) == width:  # vectors of another dims setting are skipped
+                    item_keys.append(bytes(key[:-2]))
+                    blobs.append(rec[2])
+        n = len(blobs)
+        capacity = max(64, n + n // 4)
+        self.rows = np.zeros((capacity, self.dims), dtype=np.float32)
+        if n:
+            self.rows[:n] = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(n, self.dims)
+        self.norms = np.zeros(capacity, dtype=np.float32)
+        self.norms[:n] = np.linalg.norm(self.rows[:n], axis=1)
+        self.ns = np.full(capacity, -1, dtype=np.int64)
+        self.ns[:n] = [_ns_of(k) for k in item_keys]
+        self.keys = item_keys
+        self.by_item = {}
+        for row, key in enumerate(item_keys):
+            self.by_item.setdefault(key, []).append(row)
+        self.size = n
+        self._free = []
+        self.state = state
+        self._pending = {k: v for k, v in self._pending.items() if k >= state[1]}
+        self._catch_up()
+
+    def apply(self, changes: Changes | None) -> None:
+        """Apply one committed op's changes (in counter order; out-of-order ones wait)."""
+        if changes is None:
+            return
+        with self.lock:
+            if self.state is None:
+                return
+            if changes.before is None or self.state[0] != 0:
+                self.state = None  # no counter to chain on: reload at the next search
+                self._pending.clear()
+                return
+            if changes.before < self.state[1]:
+                return  # a reload already read it
+            self._pending[changes.before] = changes
+            self._catch_up()
+            if len(self._pending) > 256:  # a gap another process made: reload instead
+                self.state = None
+                self._pending.clear()
+
+    def _catch_up(self) -> None:
+        while self.state is not None and self.state[0] == 0 and self.state[1] in self._pending:
+            changes = self._pending.pop(self.state[1])
+            self._replace(changes.vectors)
+            self.state = (0, changes.after)
+
+    def _replace(self, vectors: dict[bytes, list[bytes]]) -> None:
+        import numpy as np
+
+        width = 4 * self.dims
+        for ikey, blobs in vectors.items():
+            for row in self.by_item.pop(ikey, ()):
+                self.ns[row] = -1
+                self.norms[row] = 0.0
+                self.keys[row] = b""
+                self._free.append(row)
+            rows: list[int] = []
+            for blob in blobs:
+                if len(blob) != width:
+                    continue
+                if self._free:
+                    row = self._free.pop()
+                else:
+                    row = self.size
+                    if row == len(self.rows):
+                        self._grow()
+                    self.size += 1
+                    self.keys.append(b"")
+                self.rows[row] = np.frombuffer(blob, dtype=np.float32)
+                self.norms[row] = np.linalg.norm(self.rows[row : row + 1], axis=1)[0]
+                self.ns[row] = _ns_of(ikey)
+                self.keys[row] = ikey
+                rows.append(row)
+            if rows:
+                self.by_item[ikey] = rows
+
+    def _grow(self) -> None:
+        import numpy as np
+
+        capacity = 2 * len(self.rows)
+        rows = np.zeros((capacity, self.dims), dtype=np.float32)
+        rows[: self.size] = self.rows[: self.size]
+        norms = np.zeros(capacity, dtype=np.float32)
+        norms[: self.size] = self.norms[: self.size]
+        ns = np.full(capacity, -1, dtype=np.int64)
+        ns[: self.size] = self.ns[: self.size]
+        self.rows, self.norms, self.ns = rows, norms, ns
+
+    def scores(self, query: Sequence[float], rows: Any = None, ns_ids: Sequence[int] = ()) -> Any:
+        """Cosine of ``query`` with every row (``-inf`` for free rows and rows
+        outside ``rows``, a boolean mask, or outside the namespaces ``ns_ids``
+        when given), as :func:`memory_core.best_scores` computes it."""
+        import numpy as np
+
+        size = self.size
+        q = np.asarray(query, dtype=np.float32)
+        qn = float(np.linalg.norm(q))
+        norms = self.norms[:size]
+        dots = self.rows[:size] @ q
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.where((norms > 0) & (qn > 0), dots / (norms * (qn or 1.0)), 0.0)
+        keep = self.ns[:size] >= 0
+        if rows is not None:
+            keep &= rows
+        if ns_ids:
+            keep &= np.isin(self.ns[:size], np.asarray(ns_ids, dtype=np.int64))
+        out[~keep] = -np.inf
+        return out
+
+
+_MATRICES: weakref.WeakKeyDictionary[Store, dict[int, VectorMatrix]] = weakref.WeakKeyDictionary()
+
+
+def vector_matrix(store: Store, dims: int) -> VectorMatrix:
+    """The in-RAM matrix of an open environment's vectors of size ``dims``."""
+    with _DIRECTORIES_LOCK:
+        found = _MATRICES.setdefault(store, {})
+        if dims not in found:
+            found[dims] = VectorMatrix(dims)
+        return found[dims]
+
+
+def apply_changes(store: Store, changes: Changes | None) -> None:
+    """Bring every matrix of ``store`` past one committed op (see :meth:`VectorMatrix.apply`)."""
+    if changes is None:
+        return
+    with _DIRECTORIES_LOCK:
+        matrices = list(_MATRICES.get(store, {}).values())
+    for matrix in matrices:
+        matrix.apply(changes)
