@@ -1,6 +1,6 @@
 """The on-disk key layout of a deltalog store. No other module builds key bytes.
 
-One LMDB environment holds these named databases (``FORMAT_VERSION`` = 4):
+One LMDB environment holds these named databases (``FORMAT_VERSION`` = 5):
 
 ============  ==========================================================  ==========================
 database      key (byte encoding, in order)                               value
@@ -146,12 +146,12 @@ __all__ = [
     "write_key",
 ]
 
-FORMAT_VERSION: Final = 4
+FORMAT_VERSION: Final = 5
 #: Formats this version reads. Formats 2 and 3 only added record shapes (delta
 #: blobs over writes, small values inside checkpoint records); format 4 put a
 #: CRC on the name records. A writable open upgrades an older store through
 #: :data:`deltalog.engine.migrations.MIGRATIONS`; a read-only open reads it as it is.
-READABLE_FORMATS: Final = frozenset({1, 2, 3, 4})
+READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5})
 #: ``meta`` key prefix of the write-dependency marks (``wdep_key``).
 WDEP: Final = b"wdep"
 MAX_KEY: Final = 511

@@ -650,12 +650,17 @@ class DeltaLogStore(BaseStore):
         self, reader: MemoryReader, op: ListNamespacesOp, now_ms: int
     ) -> list[tuple[str, ...]]:
         conds = [(c.match_type, tuple(c.path)) for c in op.match_conditions or ()]
-        live = [
-            ns
-            for ns_id, ns in self._candidates(reader, ())
-            if all(core.matches_condition(t, p, ns) for t, p in conds)
-            and reader.has_live(ns_id, now_ms)
-        ]
+        counts = reader.counts()
+        live: list[tuple[str, ...]] = []
+        for ns_id, ns in self._candidates(reader, ()):
+            if not all(core.matches_condition(t, p, ns) for t, p in conds):
+                continue
+            found = counts.get(ns_id)
+            if found is not None and (found[0] == 0 or found[0] > found[1]):
+                if found[0]:  # an item without a TTL: live, no item read
+                    live.append(ns)
+            elif reader.has_live(ns_id, now_ms):  # only TTL items, or no counts
+                live.append(ns)
         return core.list_namespaces(
             live, conds, max_depth=op.max_depth, limit=op.limit, offset=op.offset
         )

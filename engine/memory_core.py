@@ -16,10 +16,13 @@ does).
 from __future__ import annotations
 
 import math
+import struct
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from deltalog.engine.errors import ItemValueError, NamespaceError
+from deltalog.engine import keys
+from deltalog.engine.errors import CorruptRecordError, ItemValueError, NamespaceError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -31,11 +34,16 @@ __all__ = [
     "check_filter",
     "check_ttl",
     "check_value",
+    "decode_counter",
+    "decode_counts",
+    "encode_counter",
+    "encode_counts",
     "expires_at",
     "is_expired",
     "list_namespaces",
     "matches_condition",
     "matches_filter",
+    "ns_of",
     "ranked_rows",
     "validate_labels",
     "validate_namespace",
@@ -290,6 +298,49 @@ def _apply(actual: Any, op: str, operand: Any) -> bool:
     if op == "$lte":
         return bool(actual <= operand)
     raise ItemValueError(f"filter operator {op!r} is not supported; use one of {sorted(OPERATORS)}")
+
+
+# -- count records (item_ns, format 5) ------------------------------------------------
+
+_COUNTER = struct.Struct(">QI")
+_COUNTS = struct.Struct(">QQI")
+
+
+def encode_counter(value: int) -> bytes:
+    """The change counter record (u64 and a CRC-32 over key and value)."""
+    raw = value.to_bytes(8, "big")
+    return raw + zlib.crc32(raw, zlib.crc32(keys.ITEM_CHANGES)).to_bytes(4, "big")
+
+
+def decode_counter(raw: bytes) -> int:
+    """The change counter; CorruptRecordError if the record is damaged."""
+    if len(raw) != _COUNTER.size:
+        raise CorruptRecordError(f"item_ns change counter is {len(raw)} bytes, not 12")
+    value, crc = _COUNTER.unpack(raw)
+    if zlib.crc32(raw[:8], zlib.crc32(keys.ITEM_CHANGES)) != crc:
+        raise CorruptRecordError("item_ns change counter fails its checksum")
+    return int(value)
+
+
+def encode_counts(ns_id: int, items: int, with_ttl: int) -> bytes:
+    """A namespace's count record: its items, those with a TTL, a CRC-32."""
+    raw = struct.pack(">QQ", items, with_ttl)
+    return raw + zlib.crc32(raw, zlib.crc32(keys.item_count_key(ns_id))).to_bytes(4, "big")
+
+
+def decode_counts(key: bytes, raw: bytes) -> tuple[int, int]:
+    """``(items, items with a TTL)`` of a count record; CorruptRecordError if damaged."""
+    if len(raw) != _COUNTS.size:
+        raise CorruptRecordError(f"item_ns {bytes(key).hex()} is not a count record")
+    items, with_ttl, crc = _COUNTS.unpack(raw)
+    if zlib.crc32(raw[:16], zlib.crc32(key)) != crc:
+        raise CorruptRecordError(f"item_ns {bytes(key).hex()} fails its checksum")
+    return int(items), int(with_ttl)
+
+
+def ns_of(item: bytes) -> int:
+    """The namespace id an ``items`` key starts with (a ``uid``)."""
+    return int.from_bytes(item[1 : 1 + item[0]], "big")
 
 
 # -- TTL ------------------------------------------------------------------------------

@@ -25,16 +25,21 @@ A store opened read-only before any writable open of this version has no
 from __future__ import annotations
 
 import hashlib
-import struct
 import threading
 import weakref
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from deltalog.engine import keys
 from deltalog.engine.errors import CorruptRecordError
+from deltalog.engine.memory_core import (
+    decode_counter,
+    decode_counts,
+    encode_counter,
+    encode_counts,
+    ns_of,
+)
 from deltalog.engine.store import ReadTxn, Store, WriteTxn
 
 __all__ = [
@@ -46,9 +51,7 @@ __all__ = [
     "VectorMatrix",
     "VectorRecord",
     "apply_changes",
-    "decode_counts",
     "directory",
-    "encode_counts",
     "text_digest",
     "vector_matrix",
 ]
@@ -56,45 +59,6 @@ __all__ = [
 # A sweep deletes at most this many expired items per write transaction, so
 # checkpoint writers queued behind it wait one short commit, not the whole sweep.
 SWEEP_CHUNK: Final = 500
-_COUNTER = struct.Struct(">QI")
-_COUNTS = struct.Struct(">QQI")
-
-
-def encode_counter(value: int) -> bytes:
-    """The change counter record (u64 and a CRC-32 over key and value)."""
-    raw = value.to_bytes(8, "big")
-    return raw + zlib.crc32(raw, zlib.crc32(keys.ITEM_CHANGES)).to_bytes(4, "big")
-
-
-def decode_counter(raw: bytes) -> int:
-    """The change counter; CorruptRecordError if the record is damaged."""
-    if len(raw) != _COUNTER.size:
-        raise CorruptRecordError(f"item_ns change counter is {len(raw)} bytes, not 12")
-    value, crc = _COUNTER.unpack(raw)
-    if zlib.crc32(raw[:8], zlib.crc32(keys.ITEM_CHANGES)) != crc:
-        raise CorruptRecordError("item_ns change counter fails its checksum")
-    return int(value)
-
-
-def encode_counts(ns_id: int, items: int, with_ttl: int) -> bytes:
-    """A namespace's count record: its items, those with a TTL, a CRC-32."""
-    raw = struct.pack(">QQ", items, with_ttl)
-    return raw + zlib.crc32(raw, zlib.crc32(keys.item_count_key(ns_id))).to_bytes(4, "big")
-
-
-def decode_counts(key: bytes, raw: bytes) -> tuple[int, int]:
-    """``(items, items with a TTL)`` of a count record; CorruptRecordError if damaged."""
-    if len(raw) != _COUNTS.size:
-        raise CorruptRecordError(f"item_ns {bytes(key).hex()} is not a count record")
-    items, with_ttl, crc = _COUNTS.unpack(raw)
-    if zlib.crc32(raw[:16], zlib.crc32(key)) != crc:
-        raise CorruptRecordError(f"item_ns {bytes(key).hex()} fails its checksum")
-    return int(items), int(with_ttl)
-
-
-def _ns_of(item: bytes) -> int:
-    """The namespace id an ``items`` key starts with (a ``uid``)."""
-    return int.from_bytes(item[1 : 1 + item[0]], "big")
 
 
 @dataclass
@@ -394,6 +358,7 @@ class MemoryReader:
         known = {ns_id for ns_id, _ in self.namespaces_after(0)}
         expiries: set[bytes] = set()
         items: set[bytes] = set()
+        per_ns: dict[int, int] = {}
         cur = self.txn.cursor(db=self.items_db)
         ok = cur.first()
         while ok and len(out) < limit:
@@ -401,6 +366,7 @@ class MemoryReader:
             items.add(key)  # a damaged item is reported once, not again by its vectors
             try:
                 (ns_id,), _ = keys.split_ids(key, 1)
+                per_ns[ns_id] = per_ns.get(ns_id, 0) + 1
                 rec = self._item((), key, cur.value())
                 if ns_id not in known:
                     out.append(f"items {key.hex()}: namespace id {ns_id} is not in item_ns")
@@ -417,6 +383,7 @@ class MemoryReader:
             out.append(f"item_ttl lacks the entry {missing.hex()} of its item")
         for stray in sorted(ttl_keys - expiries)[: max(0, limit - len(out))]:
             out.append(f"item_ttl {stray.hex()} has no item with that expiry")
+        out.extend(self._count_problems(known, per_ns, ttl_keys))
         cur = self.txn.cursor(db=self.vectors_db)
         ok = cur.first()
         while ok and len(out) < limit:
@@ -435,6 +402,30 @@ class MemoryReader:
                 out.append(str(exc))
             ok = cur.next()
         return out[:limit]
+
+    def _count_problems(
+        self, known: set[int], per_ns: dict[int, int], ttl_keys: set[bytes]
+    ) -> list[str]:
+        """Count records that disagree with the items (and a damaged change counter)."""
+        out: list[str] = []
+        try:
+            self.change_state()
+            counts = self.counts()
+        except CorruptRecordError as exc:
+            return [str(exc)]
+        with_ttl: dict[int, int] = {}
+        for key in ttl_keys:
+            ns_id = ns_of(key[8:])
+            with_ttl[ns_id] = with_ttl.get(ns_id, 0) + 1
+        for ns_id, (n, n_ttl) in sorted(counts.items()):
+            if ns_id not in known:
+                out.append(f"item_ns counts of namespace id {ns_id}, which is not in item_ns")
+            elif (n, n_ttl) != (per_ns.get(ns_id, 0), with_ttl.get(ns_id, 0)):
+                out.append(
+                    f"item_ns counts of namespace id {ns_id} say {n} items ({n_ttl} with a TTL); "
+                    f"it holds {per_ns.get(ns_id, 0)} ({with_ttl.get(ns_id, 0)} with a TTL)"
+                )
+        return out
 
     def expired(self, now_ms: int, limit: int) -> list[bytes]:
         """Up to ``limit`` ``item_ttl`` keys whose expiry is at or before ``now_ms``."""
@@ -562,7 +553,7 @@ class MemoryWriter(MemoryReader):
             if rec.expires_ms != expires:
                 continue  # refreshed meanwhile: a newer entry carries it
             self.txn.delete(ikey, db=self.items_db)
-            self._count(_ns_of(ikey), -1, -1)
+            self._count(ns_of(ikey), -1, -1)
             self.set_vectors(ikey, [])
             deleted += 1
         return deleted, len(found) == limit
@@ -636,7 +627,7 @@ class VectorMatrix:
         self.norms = np.zeros(capacity, dtype=np.float32)
         self.norms[:n] = np.linalg.norm(self.rows[:n], axis=1)
         self.ns = np.full(capacity, -1, dtype=np.int64)
-        self.ns[:n] = [_ns_of(k) for k in item_keys]
+        self.ns[:n] = [ns_of(k) for k in item_keys]
         self.keys = item_keys
         self.by_item = {}
         for row, key in enumerate(item_keys):
@@ -696,7 +687,7 @@ class VectorMatrix:
                     self.keys.append(b"")
                 self.rows[row] = np.frombuffer(blob, dtype=np.float32)
                 self.norms[row] = np.linalg.norm(self.rows[row : row + 1], axis=1)[0]
-                self.ns[row] = _ns_of(ikey)
+                self.ns[row] = ns_of(ikey)
                 self.keys[row] = ikey
                 rows.append(row)
             if rows:

@@ -15,6 +15,10 @@ step        what changes on disk
             checkpoint records
 3 → 4       every ``names`` and ``names_rev`` record is rewritten with a
             CRC-32 over its key and value (:mod:`deltalog.engine.names`)
+4 → 5       the memory store's item counts: one ``item_ns`` count record per
+            namespace (its items, those with a TTL), counted from the
+            ``items`` and ``item_ttl`` keys (nothing is decoded or rewritten);
+            the change counter record appears with the first memory write
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only
@@ -27,6 +31,7 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from deltalog.engine import keys
+from deltalog.engine.memory_core import encode_counts, ns_of
 from deltalog.engine.names import (
     decode_name_id,
     decode_name_rev,
@@ -34,7 +39,7 @@ from deltalog.engine.names import (
     encode_name_rev,
 )
 
-__all__ = ["MIGRATIONS", "Migration", "NameDbs", "pending"]
+__all__ = ["MIGRATIONS", "Migration", "NameDbs", "count_items", "pending"]
 
 
 class NameDbs(Protocol):
@@ -42,6 +47,9 @@ class NameDbs(Protocol):
 
     names: Any
     names_rev: Any
+    items: Any
+    item_ns: Any
+    item_ttl: Any
 
 
 Migration = Callable[[Any, NameDbs], None]
@@ -71,10 +79,38 @@ def checksum_names(txn: Any, dbs: NameDbs) -> None:
             txn.put(key, value, db=db)
 
 
+def count_items(txn: Any, dbs: NameDbs) -> None:
+    """Format 5: write every namespace's item counts (``list_namespaces`` reads them).
+
+    A store without memory databases (created before them, first opened
+    writable now: they were just created empty) has nothing to count.
+    """
+    if dbs.item_ns is None:
+        return
+    items: dict[int, int] = {}
+    with_ttl: dict[int, int] = {}
+    for key in txn.cursor(db=dbs.items).iternext(values=False):
+        ns_id = ns_of(bytes(key))
+        items[ns_id] = items.get(ns_id, 0) + 1
+    for key in txn.cursor(db=dbs.item_ttl).iternext(values=False):
+        ns_id = ns_of(bytes(key)[8:])
+        with_ttl[ns_id] = with_ttl.get(ns_id, 0) + 1
+    cur = txn.cursor(db=dbs.item_ns)
+    ok = cur.set_range(keys.ITEM_NS_REV)
+    found: list[int] = []
+    while ok and cur.key()[:1] == keys.ITEM_NS_REV:
+        found.append(keys.decode_item_ns_rev_key(bytes(cur.key())))
+        ok = cur.next()
+    for ns_id in found:
+        value = encode_counts(ns_id, items.get(ns_id, 0), with_ttl.get(ns_id, 0))
+        txn.put(keys.item_count_key(ns_id), value, db=dbs.item_ns)
+
+
 MIGRATIONS: Final[tuple[tuple[int, int, Migration], ...]] = (
     (1, 2, _records_only_added),
     (2, 3, _records_only_added),
     (3, 4, checksum_names),
+    (4, 5, count_items),  # the memory store's counts; renumber freely if a step lands before
 )
 
 

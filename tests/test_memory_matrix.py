@@ -123,7 +123,7 @@ def test_search_in_batch_sees_state_before_its_puts(tmp_path: Path) -> None:
         got = store.batch(
             [PutOp(("d",), "new", {"text": "needle"}), SearchOp(("d",), query="needle", limit=3)]
         )[1]
-        assert got is not None and "new" not in [i.key for i in got]
+        assert isinstance(got, list) and "new" not in [getattr(i, "key", None) for i in got]
         assert keys_of(store, "needle")[0] == "new"
 
 
