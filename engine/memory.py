@@ -302,6 +302,38 @@ class DeltaLogStore(BaseStore):
                 self._attach(plan, texts, got)
         return await asyncio.to_thread(self._execute, plan)
 
+    def get(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        *,
+        refresh_ttl: bool | None = None,
+    ) -> Item | None:
+        """One item, or None (as ``BaseStore.get``, without building a batch).
+
+        The same validation, read and TTL refresh as a one-op :meth:`batch`.
+        """
+        ns = core.validate_labels(namespace)
+        key = str(key)
+        _check_key(key, "get")
+        if refresh_ttl is None:
+            refresh_ttl = self.ttl_config.get("refresh_on_read", True) if self.ttl_config else True
+        now_ms = int(self._clock() * 1000)
+        with self.env.read() as r:
+            rec = self._get(MemoryReader(r), ns, key, now_ms)
+        if rec is None:
+            return None
+        if refresh_ttl and rec.ttl_minutes is not None and not self.env.readonly:
+            refresh = [_Refresh(ns, key)]
+
+            def refresh_op(w: WriteTxn) -> Changes | None:
+                writer = MemoryWriter(w)
+                self._refresh(writer, refresh, now_ms)
+                return writer.changes
+
+            apply_changes(self.env, self.env.write(refresh_op, history_safe=True))
+        return _item(rec)
+
     # -- planning (pure) ----------------------------------------------------------------
 
     def _plan(self, ops: Iterable[Op]) -> _Plan:
@@ -511,9 +543,12 @@ class DeltaLogStore(BaseStore):
     def _get(
         self, reader: MemoryReader, ns: tuple[str, ...], key: str, now_ms: int
     ) -> ItemRecord | None:
-        ns_id = reader.ns_id(ns)
+        # Namespace ids are never reused: one the directory knows is current.
+        ns_id = self._directory.by_labels.get(ns)
         if ns_id is None:
-            return None
+            ns_id = reader.ns_id(ns)
+            if ns_id is None:
+                return None
         rec = reader.get(ns_id, ns, key)
         if rec is None or core.is_expired(rec.expires_ms, now_ms):
             return None
