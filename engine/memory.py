@@ -684,21 +684,38 @@ class DeltaLogStore(BaseStore):
     def _list_namespaces(
         self, reader: MemoryReader, op: ListNamespacesOp, now_ms: int
     ) -> list[tuple[str, ...]]:
-        conds = [(c.match_type, tuple(c.path)) for c in op.match_conditions or ()]
-        counts = reader.counts()
-        live: list[tuple[str, ...]] = []
-        for ns_id, ns in self._candidates(reader, ()):
-            if not all(core.matches_condition(t, p, ns) for t, p in conds):
-                continue
-            found = counts.get(ns_id)
-            if found is not None and (found[0] == 0 or found[0] > found[1]):
-                if found[0]:  # an item without a TTL: live, no item read
-                    live.append(ns)
-            elif reader.has_live(ns_id, now_ms):  # only TTL items, or no counts
-                live.append(ns)
-        return core.list_namespaces(
-            live, conds, max_depth=op.max_depth, limit=op.limit, offset=op.offset
+        match = core.namespace_matcher(
+            (c.match_type, tuple(c.path)) for c in op.match_conditions or ()
         )
+        always, check = self._live_namespaces(reader)
+        live = [ns for ns in always if match(ns)]
+        live.extend(ns for ns_id, ns in check if match(ns) and reader.has_live(ns_id, now_ms))
+        return core.list_namespaces(
+            live, (), max_depth=op.max_depth, limit=op.limit, offset=op.offset
+        )
+
+    def _live_namespaces(
+        self, reader: MemoryReader
+    ) -> tuple[list[tuple[str, ...]], list[tuple[int, tuple[str, ...]]]]:
+        """The namespaces with an item without a TTL (live whatever the time), and
+        those to read to tell (only TTL items, or no counts): from the count
+        records, cached per change state (every memory write changes it)."""
+        state = reader.change_state()
+        cached = self._directory.live
+        if cached[0] == state:
+            return cached[1], cached[2]
+        counts = reader.counts()
+        always: list[tuple[str, ...]] = []
+        check: list[tuple[int, tuple[str, ...]]] = []
+        for ns_id, ns in self._candidates(reader, ()):
+            found = counts.get(ns_id)
+            if found is None or 0 < found[0] <= found[1]:
+                check.append((ns_id, ns))
+            elif found[0]:
+                always.append(ns)
+        if not isinstance(reader, MemoryWriter):  # a write transaction may yet abort
+            self._directory.live = (state, always, check)
+        return always, check
 
     def _refresh(self, writer: MemoryWriter, refresh: list[_Refresh], now_ms: int) -> None:
         for r in refresh:

@@ -43,6 +43,7 @@ __all__ = [
     "list_namespaces",
     "matches_condition",
     "matches_filter",
+    "namespace_matcher",
     "ns_of",
     "ranked_rows",
     "validate_labels",
@@ -120,6 +121,33 @@ def matches_condition(match_type: str, path: Sequence[str], namespace: tuple[str
     return all(p == "*" or n == p for n, p in pairs)
 
 
+def namespace_matcher(
+    conditions: Iterable[tuple[str, Sequence[str]]],
+) -> Callable[[tuple[str, ...]], bool]:
+    """A predicate equal to ``all(matches_condition(t, p, ns) for t, p in conditions)``,
+    with plain tuple comparisons for patterns without wildcards."""
+    tests: list[Callable[[tuple[str, ...]], bool]] = []
+    for match_type, path in conditions:
+        pattern = tuple(path)
+        n = len(pattern)
+        tests.append(_one_matcher(match_type, pattern, n))
+    if not tests:
+        return lambda ns: True
+    if len(tests) == 1:
+        return tests[0]
+    return lambda ns: all(test(ns) for test in tests)
+
+
+def _one_matcher(
+    match_type: str, pattern: tuple[str, ...], n: int
+) -> Callable[[tuple[str, ...]], bool]:
+    if "*" in pattern or match_type not in ("prefix", "suffix"):
+        return lambda ns: matches_condition(match_type, pattern, ns)
+    if match_type == "prefix":
+        return lambda ns: ns[:n] == pattern
+    return lambda ns: len(ns) >= n and ns[len(ns) - n :] == pattern
+
+
 def list_namespaces(
     namespaces: Iterable[tuple[str, ...]],
     conditions: Iterable[tuple[str, Sequence[str]]],
@@ -133,12 +161,8 @@ def list_namespaces(
     Matching namespaces are truncated to ``max_depth``, de-duplicated, sorted,
     then paged by ``offset``/``limit``.
     """
-    conds = list(conditions)
-    kept = {
-        ns[:max_depth] if max_depth is not None else ns
-        for ns in namespaces
-        if all(matches_condition(t, p, ns) for t, p in conds)
-    }
+    match = namespace_matcher(conditions)
+    kept = {ns[:max_depth] if max_depth is not None else ns for ns in namespaces if match(ns)}
     return sorted(kept)[offset : offset + limit]
 
 

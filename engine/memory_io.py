@@ -116,6 +116,10 @@ class NamespaceDirectory:
         self.by_id: dict[int, tuple[str, ...]] = {}
         self.by_labels: dict[tuple[str, ...], int] = {}
         self._entries = -1
+        #: ``list_namespaces``' cache: (change state, namespaces holding an item
+        #: without a TTL, those that must be read to tell: only TTL items, or no counts).
+        self.live: tuple[tuple[int, int], list[tuple[str, ...]], list[tuple[int, tuple[str, ...]]]]
+        self.live = ((-1, -1), [], [])
         # Ids up to this one were read from disk. Ids learned from this
         # process's commits do not move it: older ids may be unread yet.
         self._loaded = 0
