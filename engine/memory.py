@@ -31,13 +31,16 @@ from deltalog.engine.cache import gc_paused
 from deltalog.engine.errors import EmbeddingError, ItemValueError
 from deltalog.engine.memory_io import (
     Changes,
+    ItemCache,
     ItemRecord,
     MemoryReader,
     MemoryWriter,
     VectorMatrix,
     VectorRecord,
     apply_changes,
+    build_index,
     directory,
+    index_lookup,
     text_digest,
     vector_matrix,
 )
@@ -584,26 +587,93 @@ class DeltaLogStore(BaseStore):
                         for rec, score in ranked[op.offset : op.offset + op.limit]
                     ]
         stop = op.offset + op.limit if query is None and op.offset >= 0 and op.limit >= 0 else None
+        found = self._filtered(reader, prefix, flt, stop, now_ms)
+        # Records may be the item cache's: the caller gets copies of their values.
+        if query is None:
+            page = found[op.offset : op.offset + op.limit]
+            return [(_search_item(rec, None, copy=True), rec.ttl_minutes) for _, _, rec in page]
+        ranked = self._rank(reader, found, query, op.offset + op.limit)
+        return [
+            (_search_item(rec, score, copy=True), rec.ttl_minutes)
+            for rec, score in ranked[op.offset : op.offset + op.limit]
+        ]
+
+    def _filtered(
+        self,
+        reader: MemoryReader,
+        prefix: tuple[str, ...],
+        flt: dict[str, Any] | None,
+        stop: int | None,
+        now_ms: int,
+    ) -> list[tuple[int, bytes, ItemRecord]]:
+        """The live items under ``prefix`` that pass ``flt``, in search order (the
+        first ``stop`` of them).
+
+        Whole namespaces a search read are kept decoded for the snapshot state
+        (:class:`ItemCache`); from the second filtered search of one state, a
+        condition :func:`memory_core.index_plan` accepts is answered from a
+        sorted value index over the prefix, and only its hits are checked
+        against the whole filter.
+        """
+        cands = self._candidates(reader, prefix)
+        cache: ItemCache | None = None
+        if not isinstance(reader, MemoryWriter):  # a write transaction may yet abort
+            state = reader.change_state()
+            cache = self._directory.cache
+            if cache.state != state:
+                cache = self._directory.cache = ItemCache(state)
+            cache.searches += 1
+        plan = core.index_plan(flt) if cache is not None else None
+        if cache is not None and plan is not None:
+            key, kind, low, high = plan
+            index = cache.indexes.get((prefix, key))
+            if index is None and (
+                cache.searches > 1 or all(ns_id in cache.lists for ns_id, _ in cands)
+            ):
+                entries: list[tuple[int, bytes, ItemRecord]] = []
+                for ns_id, ns in cands:
+                    items = cache.lists.get(ns_id)
+                    if items is None:
+                        items = list(reader.scan(ns_id, ns))
+                        cache.add(ns_id, items)
+                    entries.extend((ns_id, ikey, rec) for ikey, rec in items)
+                index = build_index(entries, key)
+                if all(ns_id in cache.lists for ns_id, _ in cands):
+                    cache.indexes[(prefix, key)] = index
+            if index is not None:
+                hits: list[tuple[int, bytes, ItemRecord]] = []
+                for entry in index_lookup(index, kind, low, high):
+                    rec = entry[2]
+                    if not core.is_expired(rec.expires_ms, now_ms) and core.matches_filter(
+                        rec.value, flt
+                    ):
+                        hits.append(entry)
+                        if stop is not None and len(hits) >= stop:
+                            break
+                return hits
         found: list[tuple[int, bytes, ItemRecord]] = []
-        for ns_id, ns in self._candidates(reader, prefix):
-            for ikey, rec in reader.scan(ns_id, ns):
+        for ns_id, ns in cands:
+            cached = cache.lists.get(ns_id) if cache is not None else None
+            whole: list[tuple[bytes, ItemRecord]] | None = (
+                [] if cache is not None and cached is None else None
+            )
+            complete = True
+            for ikey, rec in cached if cached is not None else reader.scan(ns_id, ns):
+                if whole is not None:
+                    whole.append((ikey, rec))
                 if core.is_expired(rec.expires_ms, now_ms) or not core.matches_filter(
                     rec.value, flt
                 ):
                     continue
                 found.append((ns_id, ikey, rec))
                 if stop is not None and len(found) >= stop:
+                    complete = False
                     break
+            if cache is not None and whole is not None and complete:
+                cache.add(ns_id, whole)
             if stop is not None and len(found) >= stop:
                 break
-        if query is None:
-            page = found[op.offset : op.offset + op.limit]
-            return [(_search_item(rec, None), rec.ttl_minutes) for _, _, rec in page]
-        ranked = self._rank(reader, found, query, op.offset + op.limit)
-        return [
-            (_search_item(rec, score), rec.ttl_minutes)
-            for rec, score in ranked[op.offset : op.offset + op.limit]
-        ]
+        return found
 
     def _rank_prefix(
         self,
@@ -1028,11 +1098,11 @@ def _item(rec: ItemRecord) -> Item:
     )
 
 
-def _search_item(rec: ItemRecord, score: float | None) -> SearchItem:
+def _search_item(rec: ItemRecord, score: float | None, *, copy: bool = False) -> SearchItem:
     return SearchItem(
         namespace=rec.namespace,
         key=rec.key,
-        value=rec.value,
+        value=core.copy_value(rec.value) if copy else rec.value,
         created_at=_dt(rec.created_us),
         updated_at=_dt(rec.updated_us),
         score=score,

@@ -34,11 +34,14 @@ __all__ = [
     "check_filter",
     "check_ttl",
     "check_value",
+    "copy_value",
     "decode_counter",
     "decode_counts",
     "encode_counter",
     "encode_counts",
     "expires_at",
+    "field_value",
+    "index_plan",
     "is_expired",
     "list_namespaces",
     "matches_condition",
@@ -227,6 +230,19 @@ def _json(value: Any, what: str, path: str, depth: int) -> Any:
     )
 
 
+def copy_value(value: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of a checked JSON value (dicts, lists, scalars)."""
+    return {k: _copy(v) for k, v in value.items()}
+
+
+def _copy(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _copy(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_copy(x) for x in v]
+    return v
+
+
 def check_filter(flt: Any) -> None:
     """Refuse a filter with non-string keys or unknown ``$`` operators."""
     if flt is None:
@@ -262,6 +278,41 @@ def _field(value: Mapping[str, Any], key: str) -> Any:
                 return None
             current = current[part]
         return current
+    return None
+
+
+def field_value(value: Mapping[str, Any], key: str) -> Any:
+    """The value a filter key reaches (a literal key first, then a dotted path); None if none."""
+    return _field(value, key)
+
+
+def index_plan(flt: Mapping[str, Any] | None) -> tuple[str, str, Any, Any] | None:
+    """A filter key a sorted value index can answer: ``(key, kind, low, high)``.
+
+    Every item the filter matches has, at ``key``, a value of ``kind``
+    (``"num"``: int or float, never bool; ``"str"``) within ``[low, high]``
+    (None: unbounded): the index gives a superset, which the caller checks
+    with :func:`matches_filter`. None when no condition is of that form
+    (``$ne``, bools, nested dicts, lists, mixed kinds).
+    """
+    if not flt:
+        return None
+    for key, cond in flt.items():
+        if isinstance(cond, Mapping):
+            if not cond or not all(op in ("$eq", "$gt", "$gte", "$lt", "$lte") for op in cond):
+                continue
+            operands = list(cond.values())
+        else:
+            operands, cond = [cond], {"$eq": cond}
+        if all(_is_number(v) for v in operands):
+            kind = "num"
+        elif all(isinstance(v, str) for v in operands):
+            kind = "str"
+        else:
+            continue
+        lows = [v for op, v in cond.items() if op in ("$eq", "$gt", "$gte")]
+        highs = [v for op, v in cond.items() if op in ("$eq", "$lt", "$lte")]
+        return key, kind, max(lows) if lows else None, min(highs) if highs else None
     return None
 
 

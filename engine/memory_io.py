@@ -44,6 +44,8 @@ from deltalog.engine.store import ReadTxn, Store, WriteTxn
 
 __all__ = [
     "Changes",
+    "FieldIndex",
+    "ItemCache",
     "ItemRecord",
     "MemoryReader",
     "MemoryWriter",
@@ -51,7 +53,9 @@ __all__ = [
     "VectorMatrix",
     "VectorRecord",
     "apply_changes",
+    "build_index",
     "directory",
+    "index_lookup",
     "text_digest",
     "vector_matrix",
 ]
@@ -102,6 +106,72 @@ def text_digest(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[:16]
 
 
+#: Items the per-state item cache holds at most (beyond it, searches read LMDB).
+ITEM_CACHE_MAX: Final = 200_000
+
+
+class ItemCache:
+    """Decoded items of one snapshot state, and sorted value indexes over them.
+
+    Filled by searches as they read whole namespaces (nothing is decoded for
+    it alone); valid while the change counter stays (any memory write makes
+    a new one). ``indexes`` maps (namespace prefix, filter key) to the
+    prefix's items in search order and their values at the key, sorted, by
+    kind: what :func:`memory_core.index_plan` conditions need.
+    """
+
+    def __init__(self, state: tuple[int, int]) -> None:
+        self.state = state
+        self.lists: dict[int, list[tuple[bytes, ItemRecord]]] = {}
+        self.size = 0
+        self.searches = 0
+        self.indexes: dict[tuple[tuple[str, ...], str], FieldIndex] = {}
+
+    def add(self, ns_id: int, items: list[tuple[bytes, ItemRecord]]) -> None:
+        """Remember one namespace's items (unless the cache is full)."""
+        if self.size + len(items) <= ITEM_CACHE_MAX and ns_id not in self.lists:
+            self.lists[ns_id] = items
+            self.size += len(items)
+
+
+@dataclass
+class FieldIndex:
+    """The items of a prefix in search order, and their values at one key sorted by kind."""
+
+    entries: list[tuple[int, bytes, ItemRecord]]
+    values: dict[str, tuple[list[Any], list[int]]]  # kind -> (sorted values, entry positions)
+
+
+def build_index(entries: list[tuple[int, bytes, ItemRecord]], key: str) -> FieldIndex:
+    """A :class:`FieldIndex` over ``entries`` at filter key ``key``."""
+    from deltalog.engine.memory_core import field_value
+
+    pairs: dict[str, list[tuple[Any, int]]] = {"num": [], "str": []}
+    for pos, (_, _, rec) in enumerate(entries):
+        v = field_value(rec.value, key)
+        if isinstance(v, str):
+            pairs["str"].append((v, pos))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            pairs["num"].append((v, pos))
+    values: dict[str, tuple[list[Any], list[int]]] = {}
+    for kind, found in pairs.items():
+        found.sort(key=lambda vp: vp[0])
+        values[kind] = ([v for v, _ in found], [p for _, p in found])
+    return FieldIndex(entries, values)
+
+
+def index_lookup(
+    index: FieldIndex, kind: str, low: Any, high: Any
+) -> list[tuple[int, bytes, ItemRecord]]:
+    """The entries whose value of ``kind`` lies within ``[low, high]``, in search order."""
+    import bisect
+
+    values, positions = index.values[kind]
+    lo = 0 if low is None else bisect.bisect_left(values, low)
+    hi = len(values) if high is None else bisect.bisect_right(values, high)
+    return [index.entries[p] for p in sorted(positions[lo:hi])]
+
+
 class NamespaceDirectory:
     """The namespaces of one environment (id ↔ labels), shared by its memory stores.
 
@@ -120,6 +190,8 @@ class NamespaceDirectory:
         #: without a TTL, those that must be read to tell: only TTL items, or no counts).
         self.live: tuple[tuple[int, int], list[tuple[str, ...]], list[tuple[int, tuple[str, ...]]]]
         self.live = ((-1, -1), [], [])
+        #: Decoded items of the latest snapshot state a search read.
+        self.cache = ItemCache((-1, -1))
         # Ids up to this one were read from disk. Ids learned from this
         # process's commits do not move it: older ids may be unread yet.
         self._loaded = 0
