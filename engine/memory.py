@@ -24,11 +24,11 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from deltalog.engine import memory_core as core
 from deltalog.engine.cache import gc_paused
-from deltalog.engine.errors import EmbeddingError, ItemValueError
+from deltalog.engine.errors import DeltaLogError, EmbeddingError, ItemValueError
 from deltalog.engine.memory_io import (
     Changes,
     ItemCache,
@@ -63,7 +63,10 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
-__all__ = ["DeltaLogStore", "Stopped", "SweepCount", "SweeperFuture"]
+if TYPE_CHECKING:
+    from deltalog.engine.reports import VerifyReport
+
+__all__ = ["DeltaLogStore", "Stopped", "SweepCount", "SweeperFuture", "verify_memory"]
 
 logger = logging.getLogger(__name__)
 
@@ -951,6 +954,25 @@ class DeltaLogStore(BaseStore):
             return False
         self._sweep_task = None
         return True
+
+
+def verify_memory(store: Store, report: VerifyReport, limit: int = 100) -> None:
+    """Add the memory store's problems to a saver's verify report (``deltalog verify``).
+
+    Each is a ``memory_record`` error with no thread: a record failing its
+    checksum or shape, an item of an unknown namespace, a TTL index entry
+    missing or stray, a vector of no item, a count record that disagrees
+    with the items (see :meth:`DeltaLogStore.verify`).
+    """
+    from deltalog.engine.reports import Problem
+
+    try:
+        with store.read() as r:
+            found = MemoryReader(r).problems(limit)
+    except DeltaLogError as exc:  # e.g. LMDB reports a damaged page under the memory records
+        found = [str(exc)]
+    for detail in found:
+        report.problems.append(Problem("memory_record", "error", None, None, None, detail))
 
 
 class SweeperFuture(concurrent.futures.Future[None]):
