@@ -13,7 +13,9 @@ Records (ormsgpack lists inside the codec frame):
 database       record
 =============  ============================================================
 item_ns        ``[labels]`` (the id → namespace direction)
-items          ``[key, value, created_us, updated_us, ttl_min, expires_ms]``
+items          ``[value, created_us, updated_us, ttl_min, expires_ms, key]``
+               (trailing nils left out; see :func:`item_fields`; format 4's
+               ``[key, value, ...]`` still reads)
 item_vectors   ``[field_path, text_sha256[:16], float32 bytes]``
 item_ttl       empty (the key is the index)
 =============  ============================================================
@@ -32,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from deltalog.engine import keys
-from deltalog.engine.errors import CorruptRecordError
+from deltalog.engine.errors import CorruptRecordError, DeltaLogError
 from deltalog.engine.memory_core import (
     decode_counter,
     decode_counts,
@@ -56,6 +58,7 @@ __all__ = [
     "build_index",
     "directory",
     "index_lookup",
+    "item_fields",
     "text_digest",
     "vector_matrix",
 ]
@@ -63,6 +66,39 @@ __all__ = [
 # A sweep deletes at most this many expired items per write transaction, so
 # checkpoint writers queued behind it wait one short commit, not the whole sweep.
 SWEEP_CHUNK: Final = 500
+
+
+def item_fields(rec: ItemRecord, ikey: bytes) -> list[Any]:
+    """The format 5 item record: ``[value, created_us, updated_us, ttl_min,
+    expires_ms, key]`` with ``updated_us`` nil when it equals ``created_us``,
+    ``key`` nil unless the ``items`` key holds only its hash, and trailing nils
+    left out (a first put without TTL is ``[value, created_us]``)."""
+    hashed = ikey[1 + ikey[0]] != 0
+    out: list[Any] = [
+        rec.value,
+        rec.created_us,
+        None if rec.updated_us == rec.created_us else rec.updated_us,
+        rec.ttl_minutes,
+        rec.expires_ms,
+        rec.key if hashed else None,
+    ]
+    while out[-1] is None:
+        out.pop()
+    return out
+
+
+def _inline_key(ikey: bytes) -> str:
+    """The item key an ``items`` key spells out (format 5 records omit it)."""
+    pos = 1 + ikey[0]
+    if ikey[pos : pos + 1] != b"\x00":
+        raise ValueError("a hashed key whose record lacks the key")
+    try:
+        name, end = keys.decode_str(ikey, pos + 1)
+    except DeltaLogError as exc:
+        raise ValueError(str(exc)) from None
+    if end != len(ikey):
+        raise ValueError("trailing bytes after the key")
+    return name
 
 
 @dataclass
@@ -322,9 +358,18 @@ class MemoryReader:
         return None if raw is None else self._item(namespace, ikey, raw)
 
     def _item(self, namespace: tuple[str, ...], key: bytes, raw: bytes) -> ItemRecord:
-        rec = self.codec.decode(raw, f"items {key.hex()}")
+        rec = self.codec.decode(raw, f"items {bytes(key).hex()}")
         try:
-            name, value, created, updated, ttl, expires = rec
+            if isinstance(rec, list) and rec and isinstance(rec[0], dict):  # format 5
+                if not 2 <= len(rec) <= 6:
+                    raise ValueError(f"{len(rec)} fields")
+                value, created, updated, ttl, expires, name = rec + [None] * (6 - len(rec))
+                if updated is None:
+                    updated = created
+                if name is None:
+                    name = _inline_key(bytes(key))
+            else:  # format 4: [key, value, created_us, updated_us, ttl_min, expires_ms]
+                name, value, created, updated, ttl, expires = rec
             if not isinstance(name, str) or not isinstance(value, dict):
                 raise TypeError("bad field types")
         except (TypeError, ValueError) as exc:
@@ -369,10 +414,8 @@ class MemoryReader:
             key = cur.key()
             if not key.startswith(prefix):
                 return False
-            rec = self.codec.decode(cur.value(), f"items {key.hex()}")
-            if not (isinstance(rec, list) and len(rec) == 6):
-                raise CorruptRecordError(f"items {key.hex()} is not an item record")
-            if rec[5] is None or rec[5] > now_ms:
+            expires = self._item((), key, cur.value()).expires_ms
+            if expires is None or expires > now_ms:
                 return True
             ok = cur.next()
         return False
@@ -581,9 +624,7 @@ class MemoryWriter(MemoryReader):
             self._count(ns_id, old is None, with_ttl)
         if old is not None and old.expires_ms is not None:
             self.txn.delete(keys.item_ttl_key(old.expires_ms, ikey), db=self.ttl_db)
-        record = [rec.key, rec.value, rec.created_us, rec.updated_us, rec.ttl_minutes]
-        record.append(rec.expires_ms)
-        self.txn.put(ikey, self.codec.encode(record), db=self.items_db)
+        self.txn.put(ikey, self.codec.encode(item_fields(rec, ikey)), db=self.items_db)
         if rec.expires_ms is not None:
             self.txn.put(keys.item_ttl_key(rec.expires_ms, ikey), b"", db=self.ttl_db)
         return ikey

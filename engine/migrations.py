@@ -18,7 +18,9 @@ step        what changes on disk
 4 → 5       the memory store's item counts: one ``item_ns`` count record per
             namespace (its items, those with a TTL), counted from the
             ``items`` and ``item_ttl`` keys (nothing is decoded or rewritten);
-            the change counter record appears with the first memory write
+            the change counter record appears with the first memory write;
+            item records are written in a shorter layout from then on (the
+            format 4 layout still reads, so none is rewritten)
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only
