@@ -144,6 +144,8 @@ class DeltaLogStore(BaseStore):
         if index is not None:
             self.index_config, self.embeddings, self._fields = _check_index(index)
         self._directory = directory(store)
+        #: Namespaces (tuples) that passed validate_labels, so a get skips it.
+        self._valid: set[tuple[str, ...]] = set()
         self._sweeper: threading.Thread | None = None
         self._sweep_stop = threading.Event()
         self._sweep_task: asyncio.Task[None] | None = None
@@ -319,7 +321,16 @@ class DeltaLogStore(BaseStore):
 
         The same validation, read and TTL refresh as a one-op :meth:`batch`.
         """
-        ns = core.validate_labels(namespace)
+        try:
+            known = namespace in self._valid  # a namespace this store checked before
+        except TypeError:  # unhashable: a list, or a label that is not a string
+            known = False
+        if known:
+            ns = namespace
+        else:
+            ns = core.validate_labels(namespace)
+            if len(self._valid) < 10_000:
+                self._valid.add(ns)
         key = str(key)
         _check_key(key, "get")
         if refresh_ttl is None:

@@ -115,9 +115,10 @@ class Changes:
     vectors: dict[bytes, list[bytes]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ItemRecord:
-    """One stored item as decoded from ``items``."""
+    """One stored item as decoded from ``items`` (treat as read-only; not frozen
+    because a frozen dataclass costs ~3 us more per item decoded)."""
 
     namespace: tuple[str, ...]
     key: str
@@ -357,7 +358,9 @@ class MemoryReader:
         raw = self.txn.get(ikey, db=self.items_db) if self.items_db is not None else None
         return None if raw is None else self._item(namespace, ikey, raw)
 
-    def _item(self, namespace: tuple[str, ...], key: bytes, raw: bytes) -> ItemRecord:
+    def _item(
+        self, namespace: tuple[str, ...], key: bytes, raw: bytes, name_hint: str | None = None
+    ) -> ItemRecord:
         rec = self.codec.decode(raw, f"items {bytes(key).hex()}")
         try:
             if isinstance(rec, list) and rec and isinstance(rec[0], dict):  # format 5
@@ -366,8 +369,8 @@ class MemoryReader:
                 value, created, updated, ttl, expires, name = rec + [None] * (6 - len(rec))
                 if updated is None:
                     updated = created
-                if name is None:
-                    name = _inline_key(bytes(key))
+                if name is None:  # the key spells it (the caller may know it already)
+                    name = name_hint if name_hint is not None else _inline_key(bytes(key))
             else:  # format 4: [key, value, created_us, updated_us, ttl_min, expires_ms]
                 name, value, created, updated, ttl, expires = rec
             if not isinstance(name, str) or not isinstance(value, dict):
@@ -386,7 +389,7 @@ class MemoryReader:
         raw = self.txn.get(ikey, db=self.items_db)
         if raw is None:
             return None
-        rec = self._item(namespace, ikey, raw)
+        rec = self._item(namespace, ikey, raw, key)
         return rec if rec.key == key else None
 
     def scan(self, ns_id: int, namespace: tuple[str, ...]) -> Iterator[tuple[bytes, ItemRecord]]:

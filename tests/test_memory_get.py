@@ -61,3 +61,14 @@ def test_get_of_a_namespace_another_store_created(tmp_path: Path) -> None:
             second.put(("late",), "k", {"v": 1})
         got = first.get(("late",), "k")
         assert got is not None and got.value == {"v": 1}
+
+
+def test_get_validates_unhashable_namespaces(tmp_path: Path) -> None:
+    """A list namespace reads like its tuple; one holding a list label is refused."""
+    with DeltaLogStore.from_path(tmp_path / "h") as store:
+        store.put(("a", "b"), "k", {"v": 1})
+        assert store.get(("a", "b"), "k") is not None  # now known
+        got = store.get(["a", "b"], "k")  # type: ignore[arg-type]
+        assert got is not None and got.value == {"v": 1}
+        with pytest.raises(NamespaceError):
+            store.get(("a", ["b"]), "k")  # type: ignore[arg-type]
