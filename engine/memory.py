@@ -317,9 +317,23 @@ class DeltaLogStore(BaseStore):
         *,
         refresh_ttl: bool | None = None,
     ) -> Item | None:
-        """One item, or None (as ``BaseStore.get``, without building a batch).
+        """Retrieve a single item (as ``BaseStore.get``, without building a batch).
 
         The same validation, read and TTL refresh as a one-op :meth:`batch`.
+
+        Args:
+            namespace: Hierarchical path for the item.
+            key: Unique identifier within the namespace.
+            refresh_ttl: Whether to refresh the TTL of the returned item; None
+                uses the store's ``refresh_on_read`` (default True). Ignored
+                for items without a TTL.
+
+        Returns:
+            The item, or None if absent or expired.
+
+        Raises:
+            NamespaceError: A namespace label is empty, is not a string, or
+                holds a period or NUL (LangGraph's ``InvalidNamespaceError``).
         """
         try:
             known = namespace in self._valid  # a namespace this store checked before
