@@ -1136,12 +1136,13 @@ def _dt(us: int) -> datetime:
 
 
 def _item(rec: ItemRecord) -> Item:
+    created = _dt(rec.created_us)
     return Item(
         value=rec.value,
         key=rec.key,
         namespace=rec.namespace,
-        created_at=_dt(rec.created_us),
-        updated_at=_dt(rec.updated_us),
+        created_at=created,
+        updated_at=created if rec.updated_us == rec.created_us else _dt(rec.updated_us),
     )
 
 
