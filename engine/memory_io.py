@@ -29,11 +29,14 @@ from __future__ import annotations
 import hashlib
 import threading
 import weakref
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import ormsgpack
 from deltalog.engine import keys
+from deltalog.engine.codec import CRC_SIZE, TAG_PLAIN
 from deltalog.engine.errors import CorruptRecordError, DeltaLogError
 from deltalog.engine.memory_core import (
     decode_counter,
@@ -85,6 +88,17 @@ def item_fields(rec: ItemRecord, ikey: bytes) -> list[Any]:
     while out[-1] is None:
         out.pop()
     return out
+
+
+def _plain_record(record: list[Any]) -> bytes:
+    """A record framed as :meth:`RecordCodec.encode` frames an uncompressed one.
+
+    For vector records: float32 noise never compresses, so the codec's
+    compression attempt is wasted work, and its dictionary samples (meant for
+    checkpoint and item records) would fill with vectors.
+    """
+    framed = bytes((TAG_PLAIN,)) + ormsgpack.packb(record)
+    return framed + zlib.crc32(framed).to_bytes(CRC_SIZE, "big")
 
 
 def _inline_key(ikey: bytes) -> str:
@@ -655,7 +669,7 @@ class MemoryWriter(MemoryReader):
         for ordinal, rec in enumerate(records):
             self.txn.put(
                 keys.item_vector_key(item, ordinal),
-                self.codec.encode([rec.path, rec.digest, rec.vector]),
+                _plain_record([rec.path, rec.digest, rec.vector]),
                 db=self.vectors_db,
             )
 

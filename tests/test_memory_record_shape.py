@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from deltalog.engine import DeltaLogStore, keys
 from deltalog.engine.store import WriteTxn
+from langgraph.store.base import PutOp
 
 
 def _record(store: DeltaLogStore, ns: tuple[str, ...], key: str) -> tuple[bytes, list[object]]:
@@ -75,3 +77,23 @@ def test_format_4_records_still_read(tmp_path: Path) -> None:
         assert store.get(("b",), "t") is None
         assert store.list_namespaces() == [("a",)]
         assert store.sweep_ttl() == 1 and store.verify() == []
+
+
+def test_vector_records_do_not_train_the_record_dictionary(tmp_path: Path) -> None:
+    """Vector records (float32 noise) are framed plain and never sampled: loading 1,500
+    vectors trains no zstd dictionary, and the vectors still read and rank."""
+    import hashlib
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        return [
+            [(b - 127.5) / 127.5 for b in hashlib.sha256(t.encode()).digest()] * 2 for t in texts
+        ]
+
+    index: Any = {"dims": 64, "embed": embed, "fields": ["t"]}
+    with DeltaLogStore.from_path(tmp_path / "d", index=index) as store:
+        for lo in range(0, 1500, 100):
+            store.batch([PutOp(("v",), f"k{i}", {"t": f"text {i}"}) for i in range(lo, lo + 100)])
+        with store.env.read() as r:
+            assert r.dictionaries() == []
+        assert store.search(("v",), query="text 7", limit=1)[0].key == "k7"
+        assert store.verify() == []
