@@ -121,12 +121,14 @@ class Changes:
 
     ``before``/``after`` are the change counter around the op (``before`` None:
     the store had no counter yet); ``vectors`` maps each item key whose vectors
-    were replaced to its vectors now (empty: none, the item may be gone).
+    were replaced to its vectors now (empty: none, the item may be gone);
+    ``items`` each item key written to its record now (None: deleted).
     """
 
     before: int | None
     after: int
     vectors: dict[bytes, list[bytes]] = field(default_factory=dict)
+    items: dict[bytes, ItemRecord | None] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -183,6 +185,44 @@ class ItemCache:
         if self.size + len(items) <= ITEM_CACHE_MAX and ns_id not in self.lists:
             self.lists[ns_id] = items
             self.size += len(items)
+
+    def after(self, changes: Changes) -> ItemCache | None:
+        """The cache of the state one committed op leads to from this one, or None
+        when this is not the state the op started from.
+
+        A new object (copy on write: a search may be reading this one): the
+        namespaces it holds get the op's items, in key order; the value
+        indexes are rebuilt by the next search that wants them, from RAM.
+        """
+        import bisect
+
+        if changes.before is None or self.state != (0, changes.before):
+            return None
+        out = ItemCache((0, changes.after))
+        out.lists = dict(self.lists)
+        out.size = self.size
+        out.searches = self.searches
+        copied: set[int] = set()
+        for ikey, rec in changes.items.items():
+            ns_id = ns_of(ikey)
+            items = out.lists.get(ns_id)
+            if items is None:
+                continue  # a namespace no search read whole: left to LMDB
+            if ns_id not in copied:
+                items = out.lists[ns_id] = list(items)
+                copied.add(ns_id)
+            i = bisect.bisect_left(items, ikey, key=lambda entry: entry[0])
+            found = i < len(items) and items[i][0] == ikey
+            if rec is None:
+                if found:
+                    del items[i]
+                    out.size -= 1
+            elif found:
+                items[i] = (ikey, rec)
+            else:
+                items.insert(i, (ikey, rec))
+                out.size += 1
+        return out
 
 
 @dataclass
@@ -642,6 +682,7 @@ class MemoryWriter(MemoryReader):
         if old is not None and old.expires_ms is not None:
             self.txn.delete(keys.item_ttl_key(old.expires_ms, ikey), db=self.ttl_db)
         self.txn.put(ikey, self.codec.encode(item_fields(rec, ikey)), db=self.items_db)
+        self.touch().items[ikey] = rec
         if rec.expires_ms is not None:
             self.txn.put(keys.item_ttl_key(rec.expires_ms, ikey), b"", db=self.ttl_db)
         return ikey
@@ -649,7 +690,7 @@ class MemoryWriter(MemoryReader):
     def delete_item(self, ns_id: int, old: ItemRecord) -> None:
         """Delete an item, its vectors and its TTL entry."""
         ikey = keys.item_key(ns_id, old.key)
-        self.touch()
+        self.touch().items[ikey] = None
         self._count(ns_id, -1, -(old.expires_ms is not None))
         self.txn.delete(ikey, db=self.items_db)
         if old.expires_ms is not None:
@@ -687,6 +728,7 @@ class MemoryWriter(MemoryReader):
             if rec.expires_ms != expires:
                 continue  # refreshed meanwhile: a newer entry carries it
             self.txn.delete(ikey, db=self.items_db)
+            self.touch().items[ikey] = None
             self._count(ns_of(ikey), -1, -1)
             self.set_vectors(ikey, [])
             deleted += 1
@@ -879,5 +921,10 @@ def apply_changes(store: Store, changes: Changes | None) -> None:
         return
     with _DIRECTORIES_LOCK:
         matrices = list(_MATRICES.get(store, {}).values())
+        found = _DIRECTORIES.get(store)
     for matrix in matrices:
         matrix.apply(changes)
+    if found is not None:
+        cache = found.cache.after(changes)
+        if cache is not None:
+            found.cache = cache

@@ -117,3 +117,40 @@ def test_expired_items_left_out_of_index_hits(tmp_path: Path) -> None:
         now[0] += 61
         got = store.search(("p",), filter={"n": {"$gte": 5}})
         assert [i.key for i in got] == ["long"]
+
+
+def test_cache_follows_this_process_writes(tmp_path: Path) -> None:
+    """Random puts, re-puts, deletes, TTL expiry and sweeps between filtered searches:
+    every search (from the cache updated by each commit, or its index) equals the model."""
+    now = [1_000_000.0]
+    rng = random.Random(8)
+    order: dict[tuple[str, ...], int] = {}
+    model: dict[tuple[tuple[str, ...], str], tuple[dict[str, Any], float | None]] = {}
+    with DeltaLogStore.from_path(tmp_path / "c", clock=lambda: now[0]) as store:
+        for step in range(200):
+            ns = ("p", rng.choice("xyz"))
+            key = f"k{rng.randrange(40):02d}"
+            roll = rng.random()
+            if roll < 0.55:
+                value = _values(rng, step)
+                ttl = rng.choice([None, None, 1.0])
+                store.put(ns, key, value, ttl=ttl)
+                order.setdefault(ns, len(order))
+                model[(ns, key)] = (value, None if ttl is None else now[0] + 60)
+            elif roll < 0.75:
+                store.delete(ns, key)
+                model.pop((ns, key), None)
+            elif roll < 0.85:
+                now[0] += 40
+            else:
+                store.sweep_ttl()
+            for flt in rng.sample(FILTERS, 2):
+                live = {k: v for k, (v, exp) in model.items() if exp is None or exp > now[0]}
+                want = [
+                    k
+                    for _, k in sorted(
+                        (order[ns], k) for (ns, k), v in live.items() if matches_filter(v, flt)
+                    )
+                ]
+                got = store.search(("p",), filter=flt, limit=500, refresh_ttl=False)
+                assert [i.key for i in got] == want, (step, flt)
