@@ -160,9 +160,10 @@ def test_items_without_vectors_page_after_scored(tmp_path: Path, offset: int) ->
         for i in range(5):
             store.put(("d", "b"), f"v{i}", {"text": f"v{i}"})
             store.put(("d", "a"), f"n{i}", {"other": i}, index=False)
+        store.put(("d", "b"), "u", {"other": 0}, index=False)
         got = store.search(("d",), query="v0", limit=4, offset=offset)
         scored = [k for k in brute({(("d",), f"v{i}"): f"v{i}" for i in range(5)}, "v0")]
         # namespaces in first-put order (("d", "b") first), keys in order
-        want = (scored + [f"n{i}" for i in range(5)])[offset : offset + 4]
+        want = (scored + ["u"] + [f"n{i}" for i in range(5)])[offset : offset + 4]
         assert [i.key for i in got] == want
-        assert all((i.score is None) == i.key.startswith("n") for i in got)
+        assert all((i.score is None) == (i.key[0] in "nu") for i in got)
