@@ -14,7 +14,9 @@ store gets the same workload in the same run:
 * vector top-10 over N items (``query=``; embedding excluded: the embedder
   looks precomputed vectors up in a dict),
 * ``list_namespaces`` over the 1,000 namespaces the items live in,
-* bytes on disk after the load.
+* bytes on disk after the load, and (deltalog) of the same items loaded
+  without an index: SqliteStore without sqlite-vec stores no vectors, so this
+  row compares like with like.
 
 SqliteStore's vector index needs the sqlite-vec extension, which this
 Python's ``sqlite3`` may not load (``enable_load_extension`` missing in many
@@ -62,6 +64,7 @@ class StoreResult:
     vector_big_ms: float | None = None
     list_ns_ms: float | None = None
     bytes: int | None = None
+    bytes_plain: int | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -209,11 +212,29 @@ def measure(
                 lambda: store.list_namespaces(prefix=("docs",), limit=NAMESPACES * 2), 5
             )
             result.bytes = _bytes(name, store, folder)
+        if name == "deltalog" and vectors:
+            result.bytes_plain = _plain_bytes(n, singles, folder)
+        elif name != "memory":
+            result.bytes_plain = result.bytes  # no vectors stored
         if big and vectors and name != "sqlite":
             result.vector_big_ms = _vector_only(name, big, folder)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return result
+
+
+def _plain_bytes(n: int, singles: int, folder: Path) -> int | None:
+    """Bytes of deltalog holding the same items without an index (no vectors)."""
+    from langgraph.store.base import PutOp
+
+    sub = folder / "plain"
+    sub.mkdir()
+    with _open("deltalog", sub, None, None) as store:
+        for i in range(singles):
+            store.put(("single",), f"s{i}", {"n": i}, index=False)
+        for lo in range(0, n, 100):
+            store.batch([PutOp(_ns(i), f"k{i}", _value(i)) for i in range(lo, min(n, lo + 100))])
+        return _bytes("deltalog", store, sub)
 
 
 def _vector_only(name: str, n: int, folder: Path) -> float:
@@ -253,6 +274,7 @@ _ROWS: list[tuple[str, str, bool, float | None, str]] = [
     ("vector top-10, 100k", "vector_big_ms", False, 0.1, " ms"),
     ("list_namespaces", "list_ns_ms", False, 0.5, " ms"),
     ("bytes on disk", "bytes", False, 0.7, " B"),
+    ("bytes on disk, no vectors", "bytes_plain", False, 0.7, " B"),
 ]
 
 

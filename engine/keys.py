@@ -16,6 +16,9 @@ blobs         thread(uid) · ns(uid) · channel(uid) · version(ver)         blo
 runs          run_id(run) · thread(uid) · ns(uid) · checkpoint_id(id)     empty
 item_ns       ``0x00`` · namespace name-key                              namespace id (u64 BE)
               ``0x01`` · namespace id (u64 BE, fixed)                     namespace record
+              ``0x02`` (format 5: the memory change counter)              u64 BE · crc32
+              ``0x03`` · namespace id (u64 BE, fixed) (format 5)          items, items with a TTL
+                                                                          (u64 BE each) · crc32
 items         namespace(uid) · key(ikey)                                  item record
 item_vectors  namespace(uid) · key(ikey) · field ordinal (u16 BE)         vector record
 item_ttl      expires_at (u64 BE, ms since epoch) · namespace(uid) ·      empty
@@ -29,7 +32,10 @@ A namespace's name-key is that of the labels joined with ``.`` (labels never
 hold a period); ``ikey`` is ``0x00`` · ``str`` for item keys whose encoding
 fits 400 bytes, else ``0x01`` · sha256(UTF-8) (the record holds the full key
 and is compared on lookup). ``item_ttl`` sorts by expiry, so a sweep reads only
-the expired prefix.
+the expired prefix. Every memory write transaction adds one to the change
+counter (so a process can tell whether its in-RAM vector matrix is current)
+and keeps each namespace's item counts (so ``list_namespaces`` need not read
+items); a store without them (format 4, read-only) is read without them.
 
 Encodings (all big-endian, every one order-preserving and self-delimiting):
 
@@ -106,6 +112,7 @@ __all__ = [
     "decode_blob_key",
     "decode_checkpoint_key",
     "decode_id",
+    "decode_item_count_key",
     "decode_item_ns_rev_key",
     "decode_item_ttl_key",
     "decode_run_key",
@@ -118,6 +125,7 @@ __all__ = [
     "encode_run",
     "encode_str",
     "encode_version",
+    "item_count_key",
     "item_key",
     "item_ns_key",
     "item_ns_rev_key",
@@ -612,6 +620,22 @@ def decode_item_ns_rev_key(key: bytes) -> int:
     """The namespace id of an :func:`item_ns_rev_key`."""
     if len(key) != 9 or key[:1] != ITEM_NS_REV:
         raise _damaged(key, "not an item_ns id key")
+    return int(_U64.unpack_from(key, 1)[0])
+
+
+ITEM_CHANGES: Final = b"\x02"
+ITEM_COUNT: Final = b"\x03"
+
+
+def item_count_key(ns_id: int) -> bytes:
+    """Key of ``item_ns`` holding one namespace's item counts (format 5)."""
+    return ITEM_COUNT + _U64.pack(ns_id)
+
+
+def decode_item_count_key(key: bytes) -> int:
+    """The namespace id of an :func:`item_count_key`."""
+    if len(key) != 9 or key[:1] != ITEM_COUNT:
+        raise _damaged(key, "not an item_ns count key")
     return int(_U64.unpack_from(key, 1)[0])
 
 

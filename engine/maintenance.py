@@ -383,6 +383,9 @@ class Maintenance:
                             groups.append((f"#{t}", t))
             except DeltaLogError as exc:  # LMDB damage on the way through the threads
                 report.problems.append(Problem("unreadable", "error", None, None, None, str(exc)))
+            from deltalog.engine.memory import verify_memory  # the memory store's records
+
+            verify_memory(self.store, report)
         else:
             groups = [(tid, None) for tid in thread_list(thread_ids, "thread_ids")]
         for thread_id, tid in groups:

@@ -24,19 +24,26 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from deltalog.engine import memory_core as core
 from deltalog.engine.cache import gc_paused
 from deltalog.engine.env import Environment
-from deltalog.engine.errors import EmbeddingError, ItemValueError
+from deltalog.engine.errors import DeltaLogError, EmbeddingError, ItemValueError
 from deltalog.engine.memory_io import (
+    Changes,
+    ItemCache,
     ItemRecord,
     MemoryReader,
     MemoryWriter,
+    VectorMatrix,
     VectorRecord,
+    apply_changes,
+    build_index,
     directory,
+    index_lookup,
     text_digest,
+    vector_matrix,
 )
 from deltalog.engine.write_txn import WriteTxn
 from langchain_core.embeddings import Embeddings
@@ -57,7 +64,10 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
-__all__ = ["DeltaLogStore", "Stopped", "SweepCount", "SweeperFuture"]
+if TYPE_CHECKING:
+    from deltalog.engine.reports import VerifyReport
+
+__all__ = ["DeltaLogStore", "Stopped", "SweepCount", "SweeperFuture", "verify_memory"]
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +145,8 @@ class DeltaLogStore(BaseStore):
         if index is not None:
             self.index_config, self.embeddings, self._fields = _check_index(index)
         self._directory = directory(store)
+        #: Namespaces (tuples) that passed validate_labels, so a get skips it.
+        self._valid: set[tuple[str, ...]] = set()
         self._sweeper: threading.Thread | None = None
         self._sweep_stop = threading.Event()
         self._sweep_task: asyncio.Task[None] | None = None
@@ -299,6 +311,61 @@ class DeltaLogStore(BaseStore):
                 self._attach(plan, texts, got)
         return await asyncio.to_thread(self._execute, plan)
 
+    def get(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        *,
+        refresh_ttl: bool | None = None,
+    ) -> Item | None:
+        """Retrieve a single item (as ``BaseStore.get``, without building a batch).
+
+        The same validation, read and TTL refresh as a one-op :meth:`batch`.
+
+        Args:
+            namespace: Hierarchical path for the item.
+            key: Unique identifier within the namespace.
+            refresh_ttl: Whether to refresh the TTL of the returned item; None
+                uses the store's ``refresh_on_read`` (default True). Ignored
+                for items without a TTL.
+
+        Returns:
+            The item, or None if absent or expired.
+
+        Raises:
+            NamespaceError: A namespace label is empty, is not a string, or
+                holds a period or NUL (LangGraph's ``InvalidNamespaceError``).
+        """
+        try:
+            known = namespace in self._valid  # a namespace this store checked before
+        except TypeError:  # unhashable: a list, or a label that is not a string
+            known = False
+        if known:
+            ns = namespace
+        else:
+            ns = core.validate_labels(namespace)
+            if len(self._valid) < 10_000:
+                self._valid.add(ns)
+        key = str(key)
+        _check_key(key, "get")
+        if refresh_ttl is None:
+            refresh_ttl = self.ttl_config.get("refresh_on_read", True) if self.ttl_config else True
+        now_ms = int(self._clock() * 1000)
+        with self.env.read() as r:
+            rec = self._get(MemoryReader(r), ns, key, now_ms)
+        if rec is None:
+            return None
+        if refresh_ttl and rec.ttl_minutes is not None and not self.env.readonly:
+            refresh = [_Refresh(ns, key)]
+
+            def refresh_op(w: WriteTxn) -> Changes | None:
+                writer = MemoryWriter(w)
+                self._refresh(writer, refresh, now_ms)
+                return writer.changes
+
+            apply_changes(self.env, self.env.write(refresh_op, history_safe=True))
+        return _item(rec)
+
     # -- planning (pure) ----------------------------------------------------------------
 
     def _plan(self, ops: Iterable[Op]) -> _Plan:
@@ -448,20 +515,27 @@ class DeltaLogStore(BaseStore):
                 reader = MemoryReader(r)
                 results, refresh = self._reads(reader, plan, now_ms)
             if refresh and not self.env.readonly:  # a read-only open never writes
-                self.env.write(
-                    lambda w: self._refresh(MemoryWriter(w), refresh, now_ms), history_safe=True
-                )
+
+                def refresh_op(w: WriteTxn) -> Changes | None:
+                    writer = MemoryWriter(w)
+                    self._refresh(writer, refresh, now_ms)
+                    return writer.changes
+
+                apply_changes(self.env, self.env.write(refresh_op, history_safe=True))
             return results
 
-        def op(w: WriteTxn) -> tuple[list[Result], dict[tuple[str, ...], int]]:
+        def op(
+            w: WriteTxn,
+        ) -> tuple[list[Result], dict[tuple[str, ...], int], Changes | None]:
             writer = MemoryWriter(w)
             results, refresh = self._reads(writer, plan, now_ms)
             self._refresh(writer, refresh, now_ms)
             self._apply_puts(writer, plan, now_ms, now_us)
-            return results, writer.new_namespaces
+            return results, writer.new_namespaces, writer.changes
 
-        results, new = self.env.write(op, history_safe=True)
+        results, new, changes = self.env.write(op, history_safe=True)
         self._directory.learn(new)
+        apply_changes(self.env, changes)
         return results
 
     def _reads(
@@ -501,9 +575,12 @@ class DeltaLogStore(BaseStore):
     def _get(
         self, reader: MemoryReader, ns: tuple[str, ...], key: str, now_ms: int
     ) -> ItemRecord | None:
-        ns_id = reader.ns_id(ns)
+        # Namespace ids are never reused: one the directory knows is current.
+        ns_id = self._directory.by_labels.get(ns)
         if ns_id is None:
-            return None
+            ns_id = reader.ns_id(ns)
+            if ns_id is None:
+                return None
         rec = reader.get(ns_id, ns, key)
         if rec is None or core.is_expired(rec.expires_ms, now_ms):
             return None
@@ -527,37 +604,162 @@ class DeltaLogStore(BaseStore):
     ) -> list[tuple[SearchItem, float | None]]:
         prefix = tuple(op.namespace_prefix)
         flt = op.filter
+        if query is not None and not flt:
+            # No filter: rank the whole prefix on the in-RAM matrix, then read
+            # only the items of the page (and what it skips) from LMDB.
+            matrix = vector_matrix(self.env, len(query))
+            with matrix.lock:
+                if matrix.current(reader, load=not isinstance(reader, MemoryWriter)):
+                    ranked = self._rank_prefix(reader, matrix, prefix, query, now_ms, op)
+                    return [
+                        (_search_item(rec, score), rec.ttl_minutes)
+                        for rec, score in ranked[op.offset : op.offset + op.limit]
+                    ]
         stop = op.offset + op.limit if query is None and op.offset >= 0 and op.limit >= 0 else None
+        found = self._filtered(reader, prefix, flt, stop, now_ms)
+        # Records may be the item cache's: the caller gets copies of their values.
+        if query is None:
+            page = found[op.offset : op.offset + op.limit]
+            return [(_search_item(rec, None, copy=True), rec.ttl_minutes) for _, _, rec in page]
+        ranked = self._rank(reader, found, query, op.offset + op.limit)
+        return [
+            (_search_item(rec, score, copy=True), rec.ttl_minutes)
+            for rec, score in ranked[op.offset : op.offset + op.limit]
+        ]
+
+    def _filtered(
+        self,
+        reader: MemoryReader,
+        prefix: tuple[str, ...],
+        flt: dict[str, Any] | None,
+        stop: int | None,
+        now_ms: int,
+    ) -> list[tuple[int, bytes, ItemRecord]]:
+        """The live items under ``prefix`` that pass ``flt``, in search order (the
+        first ``stop`` of them).
+
+        Whole namespaces a search read are kept decoded for the snapshot state
+        (:class:`ItemCache`); from the second filtered search of one state, a
+        condition :func:`memory_core.index_plan` accepts is answered from a
+        sorted value index over the prefix, and only its hits are checked
+        against the whole filter.
+        """
+        cands = self._candidates(reader, prefix)
+        cache: ItemCache | None = None
+        if not isinstance(reader, MemoryWriter):  # a write transaction may yet abort
+            state = reader.change_state()
+            cache = self._directory.cache
+            if cache.state != state:
+                cache = self._directory.cache = ItemCache(state)
+            cache.searches += 1
+        plan = core.index_plan(flt) if cache is not None else None
+        if cache is not None and plan is not None:
+            key, kind, low, high = plan
+            index = cache.indexes.get((prefix, key))
+            if index is None and (
+                cache.searches > 1 or all(ns_id in cache.lists for ns_id, _ in cands)
+            ):
+                entries: list[tuple[int, bytes, ItemRecord]] = []
+                for ns_id, ns in cands:
+                    items = cache.lists.get(ns_id)
+                    if items is None:
+                        items = list(reader.scan(ns_id, ns))
+                        cache.add(ns_id, items)
+                    entries.extend((ns_id, ikey, rec) for ikey, rec in items)
+                index = build_index(entries, key)
+                if all(ns_id in cache.lists for ns_id, _ in cands):
+                    cache.indexes[(prefix, key)] = index
+            if index is not None:
+                hits: list[tuple[int, bytes, ItemRecord]] = []
+                for entry in index_lookup(index, kind, low, high):
+                    rec = entry[2]
+                    if not core.is_expired(rec.expires_ms, now_ms) and core.matches_filter(
+                        rec.value, flt
+                    ):
+                        hits.append(entry)
+                        if stop is not None and len(hits) >= stop:
+                            break
+                return hits
         found: list[tuple[int, bytes, ItemRecord]] = []
-        for ns_id, ns in self._candidates(reader, prefix):
-            for ikey, rec in reader.scan(ns_id, ns):
+        for ns_id, ns in cands:
+            cached = cache.lists.get(ns_id) if cache is not None else None
+            whole: list[tuple[bytes, ItemRecord]] | None = (
+                [] if cache is not None and cached is None else None
+            )
+            complete = True
+            for ikey, rec in cached if cached is not None else reader.scan(ns_id, ns):
+                if whole is not None:
+                    whole.append((ikey, rec))
                 if core.is_expired(rec.expires_ms, now_ms) or not core.matches_filter(
                     rec.value, flt
                 ):
                     continue
                 found.append((ns_id, ikey, rec))
                 if stop is not None and len(found) >= stop:
+                    complete = False
                     break
+            if cache is not None and whole is not None and complete:
+                cache.add(ns_id, whole)
             if stop is not None and len(found) >= stop:
                 break
-        if query is None:
-            page = found[op.offset : op.offset + op.limit]
-            return [(_search_item(rec, None), rec.ttl_minutes) for _, _, rec in page]
-        ranked = self._rank(reader, found, query)
-        return [
-            (_search_item(rec, score), rec.ttl_minutes)
-            for rec, score in ranked[op.offset : op.offset + op.limit]
-        ]
+        return found
+
+    def _rank_prefix(
+        self,
+        reader: MemoryReader,
+        matrix: VectorMatrix,
+        prefix: tuple[str, ...],
+        query: list[float],
+        now_ms: int,
+        op: SearchOp,
+    ) -> list[tuple[ItemRecord, float | None]]:
+        """The first ``offset + limit`` items under ``prefix`` by score (matrix current)."""
+        need = op.offset + op.limit
+        cands = self._candidates(reader, prefix)
+        if need <= 0 or not cands:
+            return []
+        names = dict(cands)
+        scores = matrix.scores(query, ns_ids=list(names) if prefix else ())
+        out: list[tuple[ItemRecord, float | None]] = []
+        seen: set[bytes] = set()
+        row_keys, row_ns = matrix.keys, matrix.ns
+        for row in core.ranked_rows(scores, lambda r: (int(row_ns[r]), row_keys[r]), 2 * need + 8):
+            ikey = row_keys[row]
+            if ikey in seen:
+                continue  # a lower vector of an item already ranked
+            seen.add(ikey)
+            ns = names.get(int(row_ns[row]))
+            rec = reader.item_at(ikey, ns) if ns is not None else None
+            if rec is None or core.is_expired(rec.expires_ms, now_ms):
+                continue
+            out.append((rec, float(scores[row])))
+            if len(out) >= need:
+                return out
+        # Every scored item is listed: the items without vectors follow, in search order.
+        for ns_id, ns in cands:
+            for ikey, rec in reader.scan(ns_id, ns):
+                if ikey not in seen and not core.is_expired(rec.expires_ms, now_ms):
+                    out.append((rec, None))
+                    if len(out) >= need:
+                        return out
+        return out
 
     def _rank(
         self,
         reader: MemoryReader,
         found: list[tuple[int, bytes, ItemRecord]],
         query: list[float],
+        need: int,
     ) -> list[tuple[ItemRecord, float | None]]:
         import numpy as np
 
         dims = len(query)
+        ram = vector_matrix(self.env, dims)
+        with ram.lock:
+            if ram.current(reader, load=not isinstance(reader, MemoryWriter)):
+                return _rank_on(ram, found, query, need)
+        # The matrix is ahead of this snapshot, or this is a write transaction:
+        # the candidates' vectors from LMDB, ranked the same way.
         rows: list[bytes] = []
         owners: list[int] = []
         position = {ikey: i for i, (_, ikey, _) in enumerate(found)}
@@ -581,16 +783,38 @@ class DeltaLogStore(BaseStore):
     def _list_namespaces(
         self, reader: MemoryReader, op: ListNamespacesOp, now_ms: int
     ) -> list[tuple[str, ...]]:
-        conds = [(c.match_type, tuple(c.path)) for c in op.match_conditions or ()]
-        live = [
-            ns
-            for ns_id, ns in self._candidates(reader, ())
-            if all(core.matches_condition(t, p, ns) for t, p in conds)
-            and reader.has_live(ns_id, now_ms)
-        ]
-        return core.list_namespaces(
-            live, conds, max_depth=op.max_depth, limit=op.limit, offset=op.offset
+        match = core.namespace_matcher(
+            (c.match_type, tuple(c.path)) for c in op.match_conditions or ()
         )
+        always, check = self._live_namespaces(reader)
+        live = [ns for ns in always if match(ns)]
+        live.extend(ns for ns_id, ns in check if match(ns) and reader.has_live(ns_id, now_ms))
+        return core.list_namespaces(
+            live, (), max_depth=op.max_depth, limit=op.limit, offset=op.offset
+        )
+
+    def _live_namespaces(
+        self, reader: MemoryReader
+    ) -> tuple[list[tuple[str, ...]], list[tuple[int, tuple[str, ...]]]]:
+        """The namespaces with an item without a TTL (live whatever the time), and
+        those to read to tell (only TTL items, or no counts): from the count
+        records, cached per change state (every memory write changes it)."""
+        state = reader.change_state()
+        cached = self._directory.live
+        if cached[0] == state:
+            return cached[1], cached[2]
+        counts = reader.counts()
+        always: list[tuple[str, ...]] = []
+        check: list[tuple[int, tuple[str, ...]]] = []
+        for ns_id, ns in self._candidates(reader, ()):
+            found = counts.get(ns_id)
+            if found is None or 0 < found[0] <= found[1]:
+                check.append((ns_id, ns))
+            elif found[0]:
+                always.append(ns)
+        if not isinstance(reader, MemoryWriter):  # a write transaction may yet abort
+            self._directory.live = (state, always, check)
+        return always, check
 
     def _refresh(self, writer: MemoryWriter, refresh: list[_Refresh], now_ms: int) -> None:
         for r in refresh:
@@ -650,7 +874,8 @@ class DeltaLogStore(BaseStore):
         total = 0
         while True:
             now_ms, _ = self._now()
-            deleted, more = self.env.write(_sweeper(now_ms), history_safe=True)
+            deleted, more, changes = self.env.write(_sweeper(now_ms), history_safe=True)
+            apply_changes(self.env, changes)
             total += deleted
             if not more:
                 return SweepCount(total)
@@ -755,6 +980,25 @@ class DeltaLogStore(BaseStore):
             return False
         self._sweep_task = None
         return True
+
+
+def verify_memory(store: Environment, report: VerifyReport, limit: int = 100) -> None:
+    """Add the memory store's problems to a saver's verify report (``deltalog verify``).
+
+    Each is a ``memory_record`` error with no thread: a record failing its
+    checksum or shape, an item of an unknown namespace, a TTL index entry
+    missing or stray, a vector of no item, a count record that disagrees
+    with the items (see :meth:`DeltaLogStore.verify`).
+    """
+    from deltalog.engine.reports import Problem
+
+    try:
+        with store.read() as r:
+            found = MemoryReader(r).problems(limit)
+    except DeltaLogError as exc:  # e.g. LMDB reports a damaged page under the memory records
+        found = [str(exc)]
+    for detail in found:
+        report.problems.append(Problem("memory_record", "error", None, None, None, detail))
 
 
 class SweeperFuture(concurrent.futures.Future[None]):
@@ -869,9 +1113,11 @@ def _check_index(
     return cfg, embeddings, [_tokenize(f) for f in fields]
 
 
-def _sweeper(now_ms: int) -> Callable[[WriteTxn], tuple[int, bool]]:
-    def op(w: WriteTxn) -> tuple[int, bool]:
-        return MemoryWriter(w).sweep(now_ms)
+def _sweeper(now_ms: int) -> Callable[[WriteTxn], tuple[int, bool, Changes | None]]:
+    def op(w: WriteTxn) -> tuple[int, bool, Changes | None]:
+        writer = MemoryWriter(w)
+        deleted, more = writer.sweep(now_ms)
+        return deleted, more, writer.changes
 
     return op
 
@@ -891,21 +1137,52 @@ def _dt(us: int) -> datetime:
 
 
 def _item(rec: ItemRecord) -> Item:
+    created = _dt(rec.created_us)
     return Item(
         value=rec.value,
         key=rec.key,
         namespace=rec.namespace,
-        created_at=_dt(rec.created_us),
-        updated_at=_dt(rec.updated_us),
+        created_at=created,
+        updated_at=created if rec.updated_us == rec.created_us else _dt(rec.updated_us),
     )
 
 
-def _search_item(rec: ItemRecord, score: float | None) -> SearchItem:
+def _search_item(rec: ItemRecord, score: float | None, *, copy: bool = False) -> SearchItem:
     return SearchItem(
         namespace=rec.namespace,
         key=rec.key,
-        value=rec.value,
+        value=core.copy_value(rec.value) if copy else rec.value,
         created_at=_dt(rec.created_us),
         updated_at=_dt(rec.updated_us),
         score=score,
     )
+
+
+def _rank_on(
+    matrix: VectorMatrix,
+    found: list[tuple[int, bytes, ItemRecord]],
+    query: list[float],
+    need: int,
+) -> list[tuple[ItemRecord, float | None]]:
+    """The first ``need`` of ``found`` by score, on a current matrix (held locked)."""
+    import numpy as np
+
+    position = {ikey: i for i, (_, ikey, _) in enumerate(found)}
+    rows = [r for ikey in position for r in matrix.by_item.get(ikey, ())]
+    mask = np.zeros(matrix.size, dtype=bool)
+    mask[rows] = True
+    scores = matrix.scores(query, rows=mask)
+    out: list[tuple[ItemRecord, float | None]] = []
+    seen: set[int] = set()
+    row_keys = matrix.keys
+    if need > 0 and rows:
+        for row in core.ranked_rows(scores, lambda r: position[row_keys[r]], 2 * need + 8):
+            i = position[row_keys[row]]
+            if i in seen:
+                continue
+            seen.add(i)
+            out.append((found[i][2], float(scores[row])))
+            if len(out) >= need:
+                return out
+    out.extend((rec, None) for i, (_, _, rec) in enumerate(found) if i not in seen)
+    return out

@@ -16,10 +16,13 @@ does).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import struct
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from deltalog.engine.errors import ItemValueError, NamespaceError
+from deltalog.engine import keys
+from deltalog.engine.errors import CorruptRecordError, ItemValueError, NamespaceError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -31,11 +34,21 @@ __all__ = [
     "check_filter",
     "check_ttl",
     "check_value",
+    "copy_value",
+    "decode_counter",
+    "decode_counts",
+    "encode_counter",
+    "encode_counts",
     "expires_at",
+    "field_value",
+    "index_plan",
     "is_expired",
     "list_namespaces",
     "matches_condition",
     "matches_filter",
+    "namespace_matcher",
+    "ns_of",
+    "ranked_rows",
     "validate_labels",
     "validate_namespace",
 ]
@@ -111,6 +124,33 @@ def matches_condition(match_type: str, path: Sequence[str], namespace: tuple[str
     return all(p == "*" or n == p for n, p in pairs)
 
 
+def namespace_matcher(
+    conditions: Iterable[tuple[str, Sequence[str]]],
+) -> Callable[[tuple[str, ...]], bool]:
+    """A predicate equal to ``all(matches_condition(t, p, ns) for t, p in conditions)``,
+    with plain tuple comparisons for patterns without wildcards."""
+    tests: list[Callable[[tuple[str, ...]], bool]] = []
+    for match_type, path in conditions:
+        pattern = tuple(path)
+        n = len(pattern)
+        tests.append(_one_matcher(match_type, pattern, n))
+    if not tests:
+        return lambda ns: True
+    if len(tests) == 1:
+        return tests[0]
+    return lambda ns: all(test(ns) for test in tests)
+
+
+def _one_matcher(
+    match_type: str, pattern: tuple[str, ...], n: int
+) -> Callable[[tuple[str, ...]], bool]:
+    if "*" in pattern or match_type not in ("prefix", "suffix"):
+        return lambda ns: matches_condition(match_type, pattern, ns)
+    if match_type == "prefix":
+        return lambda ns: ns[:n] == pattern
+    return lambda ns: len(ns) >= n and ns[len(ns) - n :] == pattern
+
+
 def list_namespaces(
     namespaces: Iterable[tuple[str, ...]],
     conditions: Iterable[tuple[str, Sequence[str]]],
@@ -124,12 +164,8 @@ def list_namespaces(
     Matching namespaces are truncated to ``max_depth``, de-duplicated, sorted,
     then paged by ``offset``/``limit``.
     """
-    conds = list(conditions)
-    kept = {
-        ns[:max_depth] if max_depth is not None else ns
-        for ns in namespaces
-        if all(matches_condition(t, p, ns) for t, p in conds)
-    }
+    match = namespace_matcher(conditions)
+    kept = {ns[:max_depth] if max_depth is not None else ns for ns in namespaces if match(ns)}
     return sorted(kept)[offset : offset + limit]
 
 
@@ -194,6 +230,19 @@ def _json(value: Any, what: str, path: str, depth: int) -> Any:
     )
 
 
+def copy_value(value: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of a checked JSON value (dicts, lists, scalars)."""
+    return {k: _copy(v) for k, v in value.items()}
+
+
+def _copy(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _copy(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_copy(x) for x in v]
+    return v
+
+
 def check_filter(flt: Any) -> None:
     """Refuse a filter with non-string keys or unknown ``$`` operators."""
     if flt is None:
@@ -229,6 +278,41 @@ def _field(value: Mapping[str, Any], key: str) -> Any:
                 return None
             current = current[part]
         return current
+    return None
+
+
+def field_value(value: Mapping[str, Any], key: str) -> Any:
+    """The value a filter key reaches (a literal key first, then a dotted path); None if none."""
+    return _field(value, key)
+
+
+def index_plan(flt: Mapping[str, Any] | None) -> tuple[str, str, Any, Any] | None:
+    """A filter key a sorted value index can answer: ``(key, kind, low, high)``.
+
+    Every item the filter matches has, at ``key``, a value of ``kind``
+    (``"num"``: int or float, never bool; ``"str"``) within ``[low, high]``
+    (None: unbounded): the index gives a superset, which the caller checks
+    with :func:`matches_filter`. None when no condition is of that form
+    (``$ne``, bools, nested dicts, lists, mixed kinds).
+    """
+    if not flt:
+        return None
+    for key, cond in flt.items():
+        if isinstance(cond, Mapping):
+            if not cond or not all(op in ("$eq", "$gt", "$gte", "$lt", "$lte") for op in cond):
+                continue
+            operands = list(cond.values())
+        else:
+            operands, cond = [cond], {"$eq": cond}
+        if all(_is_number(v) for v in operands):
+            kind = "num"
+        elif all(isinstance(v, str) for v in operands):
+            kind = "str"
+        else:
+            continue
+        lows = [v for op, v in cond.items() if op in ("$eq", "$gt", "$gte")]
+        highs = [v for op, v in cond.items() if op in ("$eq", "$lt", "$lte")]
+        return key, kind, max(lows) if lows else None, min(highs) if highs else None
     return None
 
 
@@ -291,6 +375,49 @@ def _apply(actual: Any, op: str, operand: Any) -> bool:
     raise ItemValueError(f"filter operator {op!r} is not supported; use one of {sorted(OPERATORS)}")
 
 
+# -- count records (item_ns, format 5) ------------------------------------------------
+
+_COUNTER = struct.Struct(">QI")
+_COUNTS = struct.Struct(">QQI")
+
+
+def encode_counter(value: int) -> bytes:
+    """The change counter record (u64 and a CRC-32 over key and value)."""
+    raw = value.to_bytes(8, "big")
+    return raw + zlib.crc32(raw, zlib.crc32(keys.ITEM_CHANGES)).to_bytes(4, "big")
+
+
+def decode_counter(raw: bytes) -> int:
+    """The change counter; CorruptRecordError if the record is damaged."""
+    if len(raw) != _COUNTER.size:
+        raise CorruptRecordError(f"item_ns change counter is {len(raw)} bytes, not 12")
+    value, crc = _COUNTER.unpack(raw)
+    if zlib.crc32(raw[:8], zlib.crc32(keys.ITEM_CHANGES)) != crc:
+        raise CorruptRecordError("item_ns change counter fails its checksum")
+    return int(value)
+
+
+def encode_counts(ns_id: int, items: int, with_ttl: int) -> bytes:
+    """A namespace's count record: its items, those with a TTL, a CRC-32."""
+    raw = struct.pack(">QQ", items, with_ttl)
+    return raw + zlib.crc32(raw, zlib.crc32(keys.item_count_key(ns_id))).to_bytes(4, "big")
+
+
+def decode_counts(key: bytes, raw: bytes) -> tuple[int, int]:
+    """``(items, items with a TTL)`` of a count record; CorruptRecordError if damaged."""
+    if len(raw) != _COUNTS.size:
+        raise CorruptRecordError(f"item_ns {bytes(key).hex()} is not a count record")
+    items, with_ttl, crc = _COUNTS.unpack(raw)
+    if zlib.crc32(raw[:16], zlib.crc32(key)) != crc:
+        raise CorruptRecordError(f"item_ns {bytes(key).hex()} fails its checksum")
+    return int(items), int(with_ttl)
+
+
+def ns_of(item: bytes) -> int:
+    """The namespace id an ``items`` key starts with (a ``uid``)."""
+    return int.from_bytes(item[1 : 1 + item[0]], "big")
+
+
 # -- TTL ------------------------------------------------------------------------------
 
 
@@ -341,3 +468,43 @@ def best_scores(
         if owner not in best or score > best[owner]:
             best[owner] = float(score)
     return best
+
+
+def ranked_rows(
+    scores: npt.NDArray[np.float32], tiebreak: Callable[[int], Any], first: int
+) -> Iterator[int]:
+    """Row indexes by descending score, equal scores by ``tiebreak(row)``; rows
+    scored ``-inf`` are left out.
+
+    Exact and lazy: the best ``first`` rows (and every row tied with the last
+    of them) are sorted first; a caller that wants more rows gets the next,
+    four times wider, slice. Each slice holds every row scoring at least its
+    threshold, so the order of the rows already given never changes.
+    """
+    import numpy as np
+
+    neg = -scores
+    valid = int(np.count_nonzero(neg < np.inf))
+    k, done = max(1, first), 0
+    while True:
+        if k >= valid:
+            idx = np.flatnonzero(neg < np.inf)
+        else:
+            kth = np.partition(neg, k - 1)[k - 1]
+            idx = np.flatnonzero(neg <= kth)
+        order = idx[np.argsort(neg[idx], kind="stable")]
+        vals = neg[order]
+        rows: list[int] = order.tolist()
+        ties: list[int] = np.flatnonzero(vals[1:] == vals[:-1]).tolist()
+        j = 0
+        while j < len(ties):  # each run of equal scores, sorted by the tie-break
+            lo = hi = ties[j]
+            while j + 1 < len(ties) and ties[j + 1] == hi + 1:
+                j, hi = j + 1, hi + 1
+            rows[lo : hi + 2] = sorted(rows[lo : hi + 2], key=tiebreak)
+            j += 1
+        yield from rows[done:]
+        done = len(rows)
+        if k >= valid:
+            return
+        k *= 4

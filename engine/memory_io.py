@@ -13,7 +13,9 @@ Records (ormsgpack lists inside the codec frame):
 database       record
 =============  ============================================================
 item_ns        ``[labels]`` (the id → namespace direction)
-items          ``[key, value, created_us, updated_us, ttl_min, expires_ms]``
+items          ``[value, created_us, updated_us, ttl_min, expires_ms, key]``
+               (trailing nils left out; see :func:`item_fields`; format 4's
+               ``[key, value, ...]`` still reads)
 item_vectors   ``[field_path, text_sha256[:16], float32 bytes]``
 item_ttl       empty (the key is the index)
 =============  ============================================================
@@ -27,24 +29,43 @@ from __future__ import annotations
 import hashlib
 import threading
 import weakref
-from collections.abc import Iterator
-from dataclasses import dataclass
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
+import ormsgpack
 from deltalog.engine import keys
+from deltalog.engine.codec import CRC_SIZE, TAG_PLAIN
 from deltalog.engine.env import Environment
-from deltalog.engine.errors import CorruptRecordError
+from deltalog.engine.errors import CorruptRecordError, DeltaLogError
+from deltalog.engine.memory_core import (
+    decode_counter,
+    decode_counts,
+    encode_counter,
+    encode_counts,
+    ns_of,
+)
 from deltalog.engine.read_txn import ReadTxn
 from deltalog.engine.write_txn import WriteTxn
 
 __all__ = [
+    "Changes",
+    "FieldIndex",
+    "ItemCache",
     "ItemRecord",
     "MemoryReader",
     "MemoryWriter",
     "NamespaceDirectory",
+    "VectorMatrix",
     "VectorRecord",
+    "apply_changes",
+    "build_index",
     "directory",
+    "index_lookup",
+    "item_fields",
     "text_digest",
+    "vector_matrix",
 ]
 
 # A sweep deletes at most this many expired items per write transaction, so
@@ -52,9 +73,70 @@ __all__ = [
 SWEEP_CHUNK: Final = 500
 
 
-@dataclass(frozen=True)
+def item_fields(rec: ItemRecord, ikey: bytes) -> list[Any]:
+    """The format 5 item record: ``[value, created_us, updated_us, ttl_min,
+    expires_ms, key]`` with ``updated_us`` nil when it equals ``created_us``,
+    ``key`` nil unless the ``items`` key holds only its hash, and trailing nils
+    left out (a first put without TTL is ``[value, created_us]``)."""
+    hashed = ikey[1 + ikey[0]] != 0
+    out: list[Any] = [
+        rec.value,
+        rec.created_us,
+        None if rec.updated_us == rec.created_us else rec.updated_us,
+        rec.ttl_minutes,
+        rec.expires_ms,
+        rec.key if hashed else None,
+    ]
+    while out[-1] is None:
+        out.pop()
+    return out
+
+
+def _plain_record(record: list[Any]) -> bytes:
+    """A record framed as :meth:`RecordCodec.encode` frames an uncompressed one.
+
+    For vector records: float32 noise never compresses, so the codec's
+    compression attempt is wasted work, and its dictionary samples (meant for
+    checkpoint and item records) would fill with vectors.
+    """
+    framed = bytes((TAG_PLAIN,)) + ormsgpack.packb(record)
+    return framed + zlib.crc32(framed).to_bytes(CRC_SIZE, "big")
+
+
+def _inline_key(ikey: bytes) -> str:
+    """The item key an ``items`` key spells out (format 5 records omit it)."""
+    pos = 1 + ikey[0]
+    if ikey[pos : pos + 1] != b"\x00":
+        raise ValueError("a hashed key whose record lacks the key")
+    try:
+        name, end = keys.decode_str(ikey, pos + 1)
+    except DeltaLogError as exc:
+        raise ValueError(str(exc)) from None
+    if end != len(ikey):
+        raise ValueError("trailing bytes after the key")
+    return name
+
+
+@dataclass
+class Changes:
+    """What one write op changed, for the in-RAM matrices after its commit.
+
+    ``before``/``after`` are the change counter around the op (``before`` None:
+    the store had no counter yet); ``vectors`` maps each item key whose vectors
+    were replaced to its vectors now (empty: none, the item may be gone);
+    ``items`` each item key written to its record now (None: deleted).
+    """
+
+    before: int | None
+    after: int
+    vectors: dict[bytes, list[bytes]] = field(default_factory=dict)
+    items: dict[bytes, ItemRecord | None] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class ItemRecord:
-    """One stored item as decoded from ``items``."""
+    """One stored item as decoded from ``items`` (treat as read-only; not frozen
+    because a frozen dataclass costs ~3 us more per item decoded)."""
 
     namespace: tuple[str, ...]
     key: str
@@ -79,6 +161,110 @@ def text_digest(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[:16]
 
 
+#: Items the per-state item cache holds at most (beyond it, searches read LMDB).
+ITEM_CACHE_MAX: Final = 200_000
+
+
+class ItemCache:
+    """Decoded items of one snapshot state, and sorted value indexes over them.
+
+    Filled by searches as they read whole namespaces (nothing is decoded for
+    it alone); valid while the change counter stays (any memory write makes
+    a new one). ``indexes`` maps (namespace prefix, filter key) to the
+    prefix's items in search order and their values at the key, sorted, by
+    kind: what :func:`memory_core.index_plan` conditions need.
+    """
+
+    def __init__(self, state: tuple[int, int]) -> None:
+        self.state = state
+        self.lists: dict[int, list[tuple[bytes, ItemRecord]]] = {}
+        self.size = 0
+        self.searches = 0
+        self.indexes: dict[tuple[tuple[str, ...], str], FieldIndex] = {}
+
+    def add(self, ns_id: int, items: list[tuple[bytes, ItemRecord]]) -> None:
+        """Remember one namespace's items (unless the cache is full)."""
+        if self.size + len(items) <= ITEM_CACHE_MAX and ns_id not in self.lists:
+            self.lists[ns_id] = items
+            self.size += len(items)
+
+    def after(self, changes: Changes) -> ItemCache | None:
+        """The cache of the state one committed op leads to from this one, or None
+        when this is not the state the op started from.
+
+        A new object (copy on write: a search may be reading this one): the
+        namespaces it holds get the op's items, in key order; the value
+        indexes are rebuilt by the next search that wants them, from RAM.
+        """
+        import bisect
+
+        if changes.before is None or self.state != (0, changes.before):
+            return None
+        out = ItemCache((0, changes.after))
+        out.lists = dict(self.lists)
+        out.size = self.size
+        out.searches = self.searches
+        copied: set[int] = set()
+        for ikey, rec in changes.items.items():
+            ns_id = ns_of(ikey)
+            items = out.lists.get(ns_id)
+            if items is None:
+                continue  # a namespace no search read whole: left to LMDB
+            if ns_id not in copied:
+                items = out.lists[ns_id] = list(items)
+                copied.add(ns_id)
+            i = bisect.bisect_left(items, ikey, key=lambda entry: entry[0])
+            found = i < len(items) and items[i][0] == ikey
+            if rec is None:
+                if found:
+                    del items[i]
+                    out.size -= 1
+            elif found:
+                items[i] = (ikey, rec)
+            else:
+                items.insert(i, (ikey, rec))
+                out.size += 1
+        return out
+
+
+@dataclass
+class FieldIndex:
+    """The items of a prefix in search order, and their values at one key sorted by kind."""
+
+    entries: list[tuple[int, bytes, ItemRecord]]
+    values: dict[str, tuple[list[Any], list[int]]]  # kind -> (sorted values, entry positions)
+
+
+def build_index(entries: list[tuple[int, bytes, ItemRecord]], key: str) -> FieldIndex:
+    """A :class:`FieldIndex` over ``entries`` at filter key ``key``."""
+    from deltalog.engine.memory_core import field_value
+
+    pairs: dict[str, list[tuple[Any, int]]] = {"num": [], "str": []}
+    for pos, (_, _, rec) in enumerate(entries):
+        v = field_value(rec.value, key)
+        if isinstance(v, str):
+            pairs["str"].append((v, pos))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            pairs["num"].append((v, pos))
+    values: dict[str, tuple[list[Any], list[int]]] = {}
+    for kind, found in pairs.items():
+        found.sort(key=lambda vp: vp[0])
+        values[kind] = ([v for v, _ in found], [p for _, p in found])
+    return FieldIndex(entries, values)
+
+
+def index_lookup(
+    index: FieldIndex, kind: str, low: Any, high: Any
+) -> list[tuple[int, bytes, ItemRecord]]:
+    """The entries whose value of ``kind`` lies within ``[low, high]``, in search order."""
+    import bisect
+
+    values, positions = index.values[kind]
+    lo = 0 if low is None else bisect.bisect_left(values, low)
+    hi = len(values) if high is None else bisect.bisect_right(values, high)
+    return [index.entries[p] for p in sorted(positions[lo:hi])]
+
+
 class NamespaceDirectory:
     """The namespaces of one environment (id ↔ labels), shared by its memory stores.
 
@@ -93,6 +279,12 @@ class NamespaceDirectory:
         self.by_id: dict[int, tuple[str, ...]] = {}
         self.by_labels: dict[tuple[str, ...], int] = {}
         self._entries = -1
+        #: ``list_namespaces``' cache: (change state, namespaces holding an item
+        #: without a TTL, those that must be read to tell: only TTL items, or no counts).
+        self.live: tuple[tuple[int, int], list[tuple[str, ...]], list[tuple[int, tuple[str, ...]]]]
+        self.live = ((-1, -1), [], [])
+        #: Decoded items of the latest snapshot state a search read.
+        self.cache = ItemCache((-1, -1))
         # Ids up to this one were read from disk. Ids learned from this
         # process's commits do not move it: older ids may be unread yet.
         self._loaded = 0
@@ -174,6 +366,8 @@ class MemoryReader:
         ok = cur.set_range(keys.item_ns_rev_key(after + 1))
         while ok:
             key = cur.key()
+            if key[:1] != keys.ITEM_NS_REV:
+                break  # the change counter and the counts follow the namespaces
             ns_id = keys.decode_item_ns_rev_key(key)
             labels = self.codec.decode(cur.value(), f"item_ns {key.hex()}")
             if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
@@ -193,12 +387,50 @@ class MemoryReader:
             return None  # a hashed long namespace that only shares the hash
         return int.from_bytes(raw[:8], "big")
 
+    def counts(self) -> dict[int, tuple[int, int]]:
+        """Every namespace's ``(items, items with a TTL)``; a namespace without a
+        count record (a format 4 store opened read-only) is absent: unknown."""
+        out: dict[int, tuple[int, int]] = {}
+        if self.ns_db is None:
+            return out
+        cur = self.txn.cursor(db=self.ns_db)
+        ok = cur.set_range(keys.ITEM_COUNT)
+        while ok:
+            key = cur.key()
+            out[keys.decode_item_count_key(key)] = decode_counts(key, cur.value())
+            ok = cur.next()
+        return out
+
+    def change_state(self) -> tuple[int, int]:
+        """What identifies this snapshot's memory records: ``(0, change counter)``,
+        or ``(1, transaction id)`` in a store without a counter (yet)."""
+        raw = self.txn.get(keys.ITEM_CHANGES, db=self.ns_db) if self.ns_db is not None else None
+        if raw is None:
+            return (1, int(self.txn.id()))
+        return (0, decode_counter(raw))
+
     # -- items ---------------------------------------------------------------------
 
-    def _item(self, namespace: tuple[str, ...], key: bytes, raw: bytes) -> ItemRecord:
-        rec = self.codec.decode(raw, f"items {key.hex()}")
+    def item_at(self, ikey: bytes, namespace: tuple[str, ...]) -> ItemRecord | None:
+        """The item stored under an ``items`` key, expired or not; None if absent."""
+        raw = self.txn.get(ikey, db=self.items_db) if self.items_db is not None else None
+        return None if raw is None else self._item(namespace, ikey, raw)
+
+    def _item(
+        self, namespace: tuple[str, ...], key: bytes, raw: bytes, name_hint: str | None = None
+    ) -> ItemRecord:
+        rec = self.codec.decode(raw, f"items {bytes(key).hex()}")
         try:
-            name, value, created, updated, ttl, expires = rec
+            if isinstance(rec, list) and rec and isinstance(rec[0], dict):  # format 5
+                if not 2 <= len(rec) <= 6:
+                    raise ValueError(f"{len(rec)} fields")
+                value, created, updated, ttl, expires, name = rec + [None] * (6 - len(rec))
+                if updated is None:
+                    updated = created
+                if name is None:  # the key spells it (the caller may know it already)
+                    name = name_hint if name_hint is not None else _inline_key(bytes(key))
+            else:  # format 4: [key, value, created_us, updated_us, ttl_min, expires_ms]
+                name, value, created, updated, ttl, expires = rec
             if not isinstance(name, str) or not isinstance(value, dict):
                 raise TypeError("bad field types")
         except (TypeError, ValueError) as exc:
@@ -215,7 +447,7 @@ class MemoryReader:
         raw = self.txn.get(ikey, db=self.items_db)
         if raw is None:
             return None
-        rec = self._item(namespace, ikey, raw)
+        rec = self._item(namespace, ikey, raw, key)
         return rec if rec.key == key else None
 
     def scan(self, ns_id: int, namespace: tuple[str, ...]) -> Iterator[tuple[bytes, ItemRecord]]:
@@ -243,10 +475,8 @@ class MemoryReader:
             key = cur.key()
             if not key.startswith(prefix):
                 return False
-            rec = self.codec.decode(cur.value(), f"items {key.hex()}")
-            if not (isinstance(rec, list) and len(rec) == 6):
-                raise CorruptRecordError(f"items {key.hex()} is not an item record")
-            if rec[5] is None or rec[5] > now_ms:
+            expires = self._item((), key, cur.value()).expires_ms
+            if expires is None or expires > now_ms:
                 return True
             ok = cur.next()
         return False
@@ -308,6 +538,7 @@ class MemoryReader:
         known = {ns_id for ns_id, _ in self.namespaces_after(0)}
         expiries: set[bytes] = set()
         items: set[bytes] = set()
+        per_ns: dict[int, int] = {}
         cur = self.txn.cursor(db=self.items_db)
         ok = cur.first()
         while ok and len(out) < limit:
@@ -315,6 +546,7 @@ class MemoryReader:
             items.add(key)  # a damaged item is reported once, not again by its vectors
             try:
                 (ns_id,), _ = keys.split_ids(key, 1)
+                per_ns[ns_id] = per_ns.get(ns_id, 0) + 1
                 rec = self._item((), key, cur.value())
                 if ns_id not in known:
                     out.append(f"items {key.hex()}: namespace id {ns_id} is not in item_ns")
@@ -331,6 +563,7 @@ class MemoryReader:
             out.append(f"item_ttl lacks the entry {missing.hex()} of its item")
         for stray in sorted(ttl_keys - expiries)[: max(0, limit - len(out))]:
             out.append(f"item_ttl {stray.hex()} has no item with that expiry")
+        out.extend(self._count_problems(known, per_ns, ttl_keys))
         cur = self.txn.cursor(db=self.vectors_db)
         ok = cur.first()
         while ok and len(out) < limit:
@@ -349,6 +582,30 @@ class MemoryReader:
                 out.append(str(exc))
             ok = cur.next()
         return out[:limit]
+
+    def _count_problems(
+        self, known: set[int], per_ns: dict[int, int], ttl_keys: set[bytes]
+    ) -> list[str]:
+        """Count records that disagree with the items (and a damaged change counter)."""
+        out: list[str] = []
+        try:
+            self.change_state()
+            counts = self.counts()
+        except CorruptRecordError as exc:
+            return [str(exc)]
+        with_ttl: dict[int, int] = {}
+        for key in ttl_keys:
+            ns_id = ns_of(key[8:])
+            with_ttl[ns_id] = with_ttl.get(ns_id, 0) + 1
+        for ns_id, (n, n_ttl) in sorted(counts.items()):
+            if ns_id not in known:
+                out.append(f"item_ns counts of namespace id {ns_id}, which is not in item_ns")
+            elif (n, n_ttl) != (per_ns.get(ns_id, 0), with_ttl.get(ns_id, 0)):
+                out.append(
+                    f"item_ns counts of namespace id {ns_id} say {n} items ({n_ttl} with a TTL); "
+                    f"it holds {per_ns.get(ns_id, 0)} ({with_ttl.get(ns_id, 0)} with a TTL)"
+                )
+        return out
 
     def expired(self, now_ms: int, limit: int) -> list[bytes]:
         """Up to ``limit`` ``item_ttl`` keys whose expiry is at or before ``now_ms``."""
@@ -374,6 +631,27 @@ class MemoryWriter(MemoryReader):
         super().__init__(txn)
         #: Namespaces this transaction interned (for the directory after commit).
         self.new_namespaces: dict[tuple[str, ...], int] = {}
+        #: What this op changed (None: nothing yet), for :meth:`VectorMatrix.apply`.
+        self.changes: Changes | None = None
+
+    def touch(self) -> Changes:
+        """Count this op as one memory change (the first call adds one to the counter)."""
+        if self.changes is None:
+            raw = self.txn.get(keys.ITEM_CHANGES, db=self.ns_db)
+            before = decode_counter(raw) if raw is not None else None
+            after = (before or 0) + 1
+            self.txn.put(keys.ITEM_CHANGES, encode_counter(after), db=self.ns_db)
+            self.changes = Changes(before, after)
+        return self.changes
+
+    def _count(self, ns_id: int, items: int, with_ttl: int) -> None:
+        key = keys.item_count_key(ns_id)
+        raw = self.txn.get(key, db=self.ns_db)
+        if raw is None:
+            return  # no counts for this namespace: they stay unknown (never half-right)
+        have, have_ttl = decode_counts(key, raw)
+        value = encode_counts(ns_id, max(0, have + items), max(0, have_ttl + with_ttl))
+        self.txn.put(key, value, db=self.ns_db)
 
     def intern_ns(self, namespace: tuple[str, ...]) -> int:
         """The id of ``namespace``, allocating one if it is new."""
@@ -384,7 +662,9 @@ class MemoryWriter(MemoryReader):
         if found is not None:
             return found
         cur = self.txn.cursor(db=self.ns_db)
-        last = cur.key() if cur.last() else b""
+        # The last namespace record: the one before the change counter and counts.
+        ok = cur.prev() if cur.set_range(keys.ITEM_CHANGES) else cur.last()
+        last = cur.key() if ok else b""
         ns_id = keys.decode_item_ns_rev_key(last) + 1 if last[:1] == keys.ITEM_NS_REV else 1
         name_key = keys.item_ns_key(namespace)
         value = keys.u64(ns_id)
@@ -393,16 +673,20 @@ class MemoryWriter(MemoryReader):
         self.txn.put(name_key, value, db=self.ns_db)
         self.txn.put(keys.item_ns_rev_key(ns_id), self.codec.encode(list(namespace)), db=self.ns_db)
         self.new_namespaces[namespace] = ns_id
+        self.txn.put(keys.item_count_key(ns_id), encode_counts(ns_id, 0, 0), db=self.ns_db)
         return ns_id
 
     def put_item(self, ns_id: int, rec: ItemRecord, old: ItemRecord | None) -> bytes:
         """Write an item (replacing ``old``, its TTL entry too); return its key."""
         ikey = keys.item_key(ns_id, rec.key)
+        self.touch()
+        with_ttl = (rec.expires_ms is not None) - (old is not None and old.expires_ms is not None)
+        if old is None or with_ttl:
+            self._count(ns_id, old is None, with_ttl)
         if old is not None and old.expires_ms is not None:
             self.txn.delete(keys.item_ttl_key(old.expires_ms, ikey), db=self.ttl_db)
-        record = [rec.key, rec.value, rec.created_us, rec.updated_us, rec.ttl_minutes]
-        record.append(rec.expires_ms)
-        self.txn.put(ikey, self.codec.encode(record), db=self.items_db)
+        self.txn.put(ikey, self.codec.encode(item_fields(rec, ikey)), db=self.items_db)
+        self.touch().items[ikey] = rec
         if rec.expires_ms is not None:
             self.txn.put(keys.item_ttl_key(rec.expires_ms, ikey), b"", db=self.ttl_db)
         return ikey
@@ -410,6 +694,8 @@ class MemoryWriter(MemoryReader):
     def delete_item(self, ns_id: int, old: ItemRecord) -> None:
         """Delete an item, its vectors and its TTL entry."""
         ikey = keys.item_key(ns_id, old.key)
+        self.touch().items[ikey] = None
+        self._count(ns_id, -1, -(old.expires_ms is not None))
         self.txn.delete(ikey, db=self.items_db)
         if old.expires_ms is not None:
             self.txn.delete(keys.item_ttl_key(old.expires_ms, ikey), db=self.ttl_db)
@@ -417,6 +703,7 @@ class MemoryWriter(MemoryReader):
 
     def set_vectors(self, item: bytes, records: list[VectorRecord]) -> None:
         """Replace every vector record of an item (none: drop them all)."""
+        self.touch().vectors[item] = [rec.vector for rec in records]
         cur = self.txn.cursor(db=self.vectors_db)
         ok = cur.set_range(item)
         while ok:
@@ -427,7 +714,7 @@ class MemoryWriter(MemoryReader):
         for ordinal, rec in enumerate(records):
             self.txn.put(
                 keys.item_vector_key(item, ordinal),
-                self.codec.encode([rec.path, rec.digest, rec.vector]),
+                _plain_record([rec.path, rec.digest, rec.vector]),
                 db=self.vectors_db,
             )
 
@@ -445,6 +732,205 @@ class MemoryWriter(MemoryReader):
             if rec.expires_ms != expires:
                 continue  # refreshed meanwhile: a newer entry carries it
             self.txn.delete(ikey, db=self.items_db)
+            self.touch().items[ikey] = None
+            self._count(ns_of(ikey), -1, -1)
             self.set_vectors(ikey, [])
             deleted += 1
         return deleted, len(found) == limit
+
+
+class VectorMatrix:
+    """Every stored vector of one size, in RAM: the float32 matrix exact search scans.
+
+    Loaded from ``item_vectors`` by the first query search of the process, then
+    kept current by :meth:`apply` after each of this process's commits. Each
+    state is tagged with the change counter it reflects; a search whose
+    snapshot carries another counter (a write by another process, or an import)
+    reloads it, so results always equal brute force over the snapshot's vectors.
+    Hold :attr:`lock` around :meth:`current` and every use of the arrays.
+    """
+
+    def __init__(self, dims: int) -> None:
+        self.lock = threading.Lock()
+        self.dims = dims
+        #: The snapshot the arrays reflect (see MemoryReader.change_state); None: not loaded.
+        self.state: tuple[int, int] | None = None
+        self.rows: Any = None  # (capacity, dims) float32
+        self.norms: Any = None  # (capacity,) float32, 0 for free rows
+        self.ns: Any = None  # (capacity,) int64 namespace id, -1 for free rows
+        #: Row -> the ``items`` key it belongs to (b"" for free rows).
+        self.keys: list[bytes] = []
+        self.by_item: dict[bytes, list[int]] = {}
+        self.size = 0  # rows in use or freed (the high-water mark)
+        self._free: list[int] = []
+        self._pending: dict[int, Changes] = {}
+
+    def current(self, reader: MemoryReader, *, load: bool = True) -> bool:
+        """Bring the matrix to the reader's snapshot; False where it cannot (then
+        rank from LMDB): the matrix is ahead of the snapshot, or ``load`` is
+        False (a write transaction: it may see changes that never commit)."""
+        want = reader.change_state()
+        if self.state == want:
+            return True
+        if not load or (
+            self.state is not None and self.state[0] == want[0] == 0 and self.state[1] > want[1]
+        ):
+            return False
+        self._load(reader, want)
+        return True
+
+    def _load(self, reader: MemoryReader, state: tuple[int, int]) -> None:
+        import numpy as np
+
+        width = 4 * self.dims
+        item_keys: list[bytes] = []
+        blobs: list[bytes] = []
+        if reader.vectors_db is not None:
+            decode = reader.codec.decode
+            for key, raw in reader.txn.cursor(db=reader.vectors_db).iternext():
+                try:
+                    rec = decode(raw, "item_vectors")
+                except CorruptRecordError:
+                    rec = decode(raw, f"item_vectors {bytes(key).hex()}")  # raises, naming the key
+                if not (isinstance(rec, list) and len(rec) == 3 and isinstance(rec[2], bytes)):
+                    raise CorruptRecordError(
+                        f"item_vectors {bytes(key).hex()} is not a vector record"
+                    )
+                if len(rec[2]) == width:  # vectors of another dims setting are skipped
+                    item_keys.append(bytes(key[:-2]))
+                    blobs.append(rec[2])
+        n = len(blobs)
+        capacity = max(64, n + n // 4)
+        self.rows = np.zeros((capacity, self.dims), dtype=np.float32)
+        if n:
+            self.rows[:n] = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(n, self.dims)
+        self.norms = np.zeros(capacity, dtype=np.float32)
+        self.norms[:n] = np.linalg.norm(self.rows[:n], axis=1)
+        self.ns = np.full(capacity, -1, dtype=np.int64)
+        self.ns[:n] = [ns_of(k) for k in item_keys]
+        self.keys = item_keys
+        self.by_item = {}
+        for row, key in enumerate(item_keys):
+            self.by_item.setdefault(key, []).append(row)
+        self.size = n
+        self._free = []
+        self.state = state
+        self._pending = {k: v for k, v in self._pending.items() if k >= state[1]}
+        self._catch_up()
+
+    def apply(self, changes: Changes | None) -> None:
+        """Apply one committed op's changes (in counter order; out-of-order ones wait)."""
+        if changes is None:
+            return
+        with self.lock:
+            if self.state is None:
+                return
+            if changes.before is None or self.state[0] != 0:
+                self.state = None  # no counter to chain on: reload at the next search
+                self._pending.clear()
+                return
+            if changes.before < self.state[1]:
+                return  # a reload already read it
+            self._pending[changes.before] = changes
+            self._catch_up()
+            if len(self._pending) > 256:  # a gap another process made: reload instead
+                self.state = None
+                self._pending.clear()
+
+    def _catch_up(self) -> None:
+        while self.state is not None and self.state[0] == 0 and self.state[1] in self._pending:
+            changes = self._pending.pop(self.state[1])
+            self._replace(changes.vectors)
+            self.state = (0, changes.after)
+
+    def _replace(self, vectors: dict[bytes, list[bytes]]) -> None:
+        import numpy as np
+
+        width = 4 * self.dims
+        for ikey, blobs in vectors.items():
+            for row in self.by_item.pop(ikey, ()):
+                self.ns[row] = -1
+                self.norms[row] = 0.0
+                self.keys[row] = b""
+                self._free.append(row)
+            rows: list[int] = []
+            for blob in blobs:
+                if len(blob) != width:
+                    continue
+                if self._free:
+                    row = self._free.pop()
+                else:
+                    row = self.size
+                    if row == len(self.rows):
+                        self._grow()
+                    self.size += 1
+                    self.keys.append(b"")
+                self.rows[row] = np.frombuffer(blob, dtype=np.float32)
+                self.norms[row] = np.linalg.norm(self.rows[row : row + 1], axis=1)[0]
+                self.ns[row] = ns_of(ikey)
+                self.keys[row] = ikey
+                rows.append(row)
+            if rows:
+                self.by_item[ikey] = rows
+
+    def _grow(self) -> None:
+        import numpy as np
+
+        capacity = 2 * len(self.rows)
+        rows = np.zeros((capacity, self.dims), dtype=np.float32)
+        rows[: self.size] = self.rows[: self.size]
+        norms = np.zeros(capacity, dtype=np.float32)
+        norms[: self.size] = self.norms[: self.size]
+        ns = np.full(capacity, -1, dtype=np.int64)
+        ns[: self.size] = self.ns[: self.size]
+        self.rows, self.norms, self.ns = rows, norms, ns
+
+    def scores(self, query: Sequence[float], rows: Any = None, ns_ids: Sequence[int] = ()) -> Any:
+        """Cosine of ``query`` with every row (``-inf`` for free rows and rows
+        outside ``rows``, a boolean mask, or outside the namespaces ``ns_ids``
+        when given), as :func:`memory_core.best_scores` computes it."""
+        import numpy as np
+
+        size = self.size
+        q = np.asarray(query, dtype=np.float32)
+        qn = float(np.linalg.norm(q))
+        norms = self.norms[:size]
+        dots = self.rows[:size] @ q
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.where((norms > 0) & (qn > 0), dots / (norms * (qn or 1.0)), 0.0)
+        keep = self.ns[:size] >= 0
+        if rows is not None:
+            keep &= rows
+        if ns_ids:
+            keep &= np.isin(self.ns[:size], np.asarray(ns_ids, dtype=np.int64))
+        out[~keep] = -np.inf
+        return out
+
+
+_MATRICES: weakref.WeakKeyDictionary[Environment, dict[int, VectorMatrix]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def vector_matrix(store: Environment, dims: int) -> VectorMatrix:
+    """The in-RAM matrix of an open environment's vectors of size ``dims``."""
+    with _DIRECTORIES_LOCK:
+        found = _MATRICES.setdefault(store, {})
+        if dims not in found:
+            found[dims] = VectorMatrix(dims)
+        return found[dims]
+
+
+def apply_changes(store: Environment, changes: Changes | None) -> None:
+    """Bring every matrix of ``store`` past one committed op (see :meth:`VectorMatrix.apply`)."""
+    if changes is None:
+        return
+    with _DIRECTORIES_LOCK:
+        matrices = list(_MATRICES.get(store, {}).values())
+        found = _DIRECTORIES.get(store)
+    for matrix in matrices:
+        matrix.apply(changes)
+    if found is not None:
+        cache = found.cache.after(changes)
+        if cache is not None:
+            found.cache = cache

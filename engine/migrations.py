@@ -21,6 +21,13 @@ step        what changes on disk
             :data:`~deltalog.engine.codec.KEYED`); nothing is decompressed. A
             record that fails its CRC is left as it was (reads and ``verify``
             report it as before), so damage cannot block the upgrade
+            (:func:`key_records`); and the memory store's item counts: one
+            ``item_ns`` count record per namespace (its items, those with a
+            TTL), counted from the ``items`` and ``item_ttl`` keys (nothing is
+            decoded or rewritten; :func:`count_items`); the change counter
+            record appears with the first memory write; item records are
+            written in a shorter layout from then on (the format 4 layout
+            still reads, so none is rewritten)
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only
@@ -36,6 +43,7 @@ from deltalog.engine import keys
 from deltalog.engine.codec import decode_dictionary, encode_dictionary, rekey
 from deltalog.engine.envelope import split_write_value
 from deltalog.engine.errors import CorruptRecordError
+from deltalog.engine.memory_core import encode_counts, ns_of
 from deltalog.engine.names import (
     decode_name_id,
     decode_name_rev,
@@ -43,7 +51,7 @@ from deltalog.engine.names import (
     encode_name_rev,
 )
 
-__all__ = ["MIGRATIONS", "Migration", "NameDbs", "pending"]
+__all__ = ["MIGRATIONS", "Migration", "NameDbs", "count_items", "pending"]
 
 
 class NameDbs(Protocol):
@@ -55,6 +63,9 @@ class NameDbs(Protocol):
     writes: Any
     blobs: Any
     meta: Any
+    items: Any
+    item_ns: Any
+    item_ttl: Any
 
 
 Migration = Callable[[Any, NameDbs], None]
@@ -117,11 +128,44 @@ def key_records(txn: Any, dbs: NameDbs) -> None:
         txn.put(key, encode_dictionary(key, dictionary), db=dbs.meta)
 
 
+def count_items(txn: Any, dbs: NameDbs) -> None:
+    """Format 5: write every namespace's item counts (``list_namespaces`` reads them).
+
+    A store without memory databases (created before them, first opened
+    writable now: they were just created empty) has nothing to count.
+    """
+    if dbs.item_ns is None:
+        return
+    items: dict[int, int] = {}
+    with_ttl: dict[int, int] = {}
+    for key in txn.cursor(db=dbs.items).iternext(values=False):
+        ns_id = ns_of(bytes(key))
+        items[ns_id] = items.get(ns_id, 0) + 1
+    for key in txn.cursor(db=dbs.item_ttl).iternext(values=False):
+        ns_id = ns_of(bytes(key)[8:])
+        with_ttl[ns_id] = with_ttl.get(ns_id, 0) + 1
+    cur = txn.cursor(db=dbs.item_ns)
+    ok = cur.set_range(keys.ITEM_NS_REV)
+    found: list[int] = []
+    while ok and cur.key()[:1] == keys.ITEM_NS_REV:
+        found.append(keys.decode_item_ns_rev_key(bytes(cur.key())))
+        ok = cur.next()
+    for ns_id in found:
+        value = encode_counts(ns_id, items.get(ns_id, 0), with_ttl.get(ns_id, 0))
+        txn.put(keys.item_count_key(ns_id), value, db=dbs.item_ns)
+
+
+def format_5(txn: Any, dbs: NameDbs) -> None:
+    """Format 5: records framed over their keys, and the memory store's item counts."""
+    key_records(txn, dbs)
+    count_items(txn, dbs)
+
+
 MIGRATIONS: Final[tuple[tuple[int, int, Migration], ...]] = (
     (1, 2, _records_only_added),
     (2, 3, _records_only_added),
     (3, 4, checksum_names),
-    (4, 5, key_records),
+    (4, 5, format_5),
 )
 
 

@@ -21,8 +21,12 @@ def test_tiny_run_measures_every_store() -> None:
     deltalog, memory, _ = results
     assert deltalog.vector_ms and memory.vector_ms  # the vector peers
     assert deltalog.bytes and deltalog.bytes > 0
+    assert (
+        deltalog.bytes_plain and deltalog.bytes_plain < deltalog.bytes
+    )  # the same items, no vectors
     text = table(results)
     assert "| single durable puts |" in text and "| bytes on disk |" in text
+    assert "| bytes on disk, no vectors |" in text
     assert text.count("met") + text.count("missed") >= 5
 
 

@@ -64,3 +64,28 @@ def test_orphan_vector_found(store: DeltaLogStore) -> None:
     store.env.write(lambda w: w.txn.put(orphan, value, db=w.store.db("item_vectors")))
     problems = store.verify()
     assert any(orphan.hex() in p and "no item" in p for p in problems)
+
+
+def test_saver_verify_and_cli_report_memory_problems(store: DeltaLogStore, tmp_path: Path) -> None:
+    """saver.verify() and `deltalog verify PATH` include the memory records (exit 1 on damage)."""
+    import subprocess
+    import sys
+
+    from deltalog.engine import DeltaLogSaver
+
+    def cli_verify() -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "deltalog.engine", "verify", str(tmp_path / "v"), "--json"]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+    saver = DeltaLogSaver(store.env)
+    assert saver.verify().ok
+    assert cli_verify().returncode == 0
+    key, value = _raw(store, "items")[3]
+    bad = value[:5] + bytes([value[5] ^ 0x40]) + value[6:]
+    store.env.write(lambda w: w.txn.put(key, bad, db=w.store.db("items")))
+    report = saver.verify()
+    assert not report.ok
+    found = [p for p in report.problems if p.kind == "memory_record"]
+    assert len(found) == 1 and key.hex() in found[0].detail
+    out = cli_verify()
+    assert out.returncode == 1 and key.hex() in out.stdout and "memory_record" in out.stdout
