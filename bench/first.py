@@ -58,7 +58,7 @@ def run(turns: int, workdir: Path) -> dict[str, dict[str, float]]:
         return sqlite_bytes(workdir / "sqlite.db")
 
     sizes: dict[str, Callable[[], int]] = {
-        "deltalog": savers["deltalog"].store.used_bytes,
+        "deltalog": savers["deltalog"].env.used_bytes,
         "memory": lambda: memory_saver_bytes(savers["memory"]),
         "sqlite": sqlite_size,
     }

@@ -106,7 +106,7 @@ def _open(
         return
     deltalog = DeltaLogSaver.from_path(folder / "store", group_commit=config == "group commit")
     try:
-        yield deltalog, lambda: int(deltalog.store.env.info()["last_txnid"])
+        yield deltalog, lambda: int(deltalog.env.env.info()["last_txnid"])
     finally:
         deltalog.close()
 

@@ -50,21 +50,21 @@ def run(checkpoints: int, workdir: Path) -> dict[str, Any]:
         graph = graphs.build_graph(scenario, saver)
         source = graphs.thread_config("big")
         turn, start = 0, time.perf_counter()
-        while saver.store.stats()["checkpoints"]["entries"] < checkpoints:
+        while saver.env.stats()["checkpoints"]["entries"] < checkpoints:
             graph.invoke({"messages": [graphs.human_message(scenario, turn)]}, source)
             turn += 1
         out["build"] = {
             "turns": turn,
-            "checkpoints": saver.store.stats()["checkpoints"]["entries"],
+            "checkpoints": saver.env.stats()["checkpoints"]["entries"],
             "seconds": round(time.perf_counter() - start, 1),
-            "file_bytes": saver.store.file_bytes(),
+            "file_bytes": saver.env.file_bytes(),
         }
         latest = graph.get_state(source).values["messages"]
         report, ms = _timed(lambda: saver.copy_thread("big", "copy"))
         out["copy_thread"] = {
             "ms": round(ms),
             **report.to_dict(),
-            "file_bytes": saver.store.file_bytes(),
+            "file_bytes": saver.env.file_bytes(),
         }
         dry, ms = _timed(lambda: saver.prune(["copy"], dry_run=True))
         out["prune_dry_run"] = {"ms": round(ms), **dry.to_dict()}

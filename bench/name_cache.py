@@ -57,7 +57,7 @@ def measure(threads: int, folder: Path, max_entries: int | None = None) -> dict[
     tracemalloc.start()
     marks: dict[str, dict[str, int]] = {}
     with DeltaLogSaver.from_path(folder / "store", durable=False) as saver:
-        store = saver.store
+        store = saver.env
         if max_entries is not None:
             store._name_ids = NameCache(max_entries)
             store._names = NameCache(max_entries)

@@ -97,7 +97,7 @@ class BlobReads(TxnBase):
         (keyed by the record bytes), so the newest version — usually a delta of
         the one read before — costs one dictionary decompression, not a chain.
         """
-        hit = self.store.payloads.get(raw)
+        hit = self.env.payloads.get(raw)
         if hit is not None:
             return hit
         where = f"blobs/{key.hex()}"
@@ -121,7 +121,7 @@ class BlobReads(TxnBase):
             rec = self.codec.decode_delta(head, base_payload, where, content)
             typed = (rec[0], rec[1])
         if len(typed[1]) >= DELTA_MIN:
-            self.store.payloads.put(raw, typed)
+            self.env.payloads.put(raw, typed)
         return typed
 
     def _range_content(self, blob_key: bytes, span: tuple[bytes, bytes]) -> bytes:
@@ -201,7 +201,7 @@ class BlobWrites(WriteBase, BlobReads):
         c = self.intern(keys.KIND_CHANNEL, channel)
         key = keys.blob_key(t, n, c, version)
         record: bytes | None = None
-        if not (self.store.delta_blobs and len(typed[1]) >= DELTA_MIN):
+        if not (self.env.delta_blobs and len(typed[1]) >= DELTA_MIN):
             # No base to look for: a put that may not overwrite checks for the key.
             record = self.codec.encode(list(typed), key=key)
             if not self.txn.put(key, record, overwrite=False, db=self.dbs.blobs):
@@ -239,7 +239,7 @@ class BlobWrites(WriteBase, BlobReads):
             self.txn.put(key, record, db=self.dbs.blobs)
         self.memo_blobs.append((t, n, key))
         if len(typed[1]) >= DELTA_MIN:
-            self.store.payloads.put(record, typed)
+            self.env.payloads.put(record, typed)
 
     def _recent_writes(
         self, prefix: bytes, cbytes: bytes, before: bytes, budget: int

@@ -87,7 +87,7 @@ class HistoryReads(BlobReads):
             parent_id = parent_out(self._envelope(target, raw)[0])
         except CorruptRecordError as exc:
             raise self._damaged(t, n, checkpoint_id, exc) from exc
-        memo = self.store.memo
+        memo = self.env.memo
         snapshot = self.txn.id() if use_memo and self.memo_reads else -1
         usable = snapshot >= 0 and memo.usable(snapshot)
         epoch = memo.epoch

@@ -251,7 +251,7 @@ def _entry(saver: DeltaLogSaver, row: CheckpointRow) -> HistoryEntry:
 
 def count_checkpoints(saver: DeltaLogSaver, thread_id: str, checkpoint_ns: str = "") -> int:
     """How many checkpoints (hidden ones included) a (thread, namespace) has: keys only."""
-    with saver.store.read() as r:
+    with saver.env.read() as r:
         ids = r.ids(thread_id, checkpoint_ns)
         if ids is None:
             return 0
@@ -291,7 +291,7 @@ def collect_history(
         Entries with ``depth`` and ``fork`` set.
     """
     entries: dict[str, HistoryEntry] = {}
-    with saver.store.read() as r:
+    with saver.env.read() as r:
         ids = r.ids(thread_id, checkpoint_ns)
         if ids is None:
             return []

@@ -60,13 +60,13 @@ class Maintenance:
     """Prune, delete runs, copy, verify and back up the threads of one store (R7, R8).
 
     Args:
-        store: The open store.
+        env: The open environment.
         serde: The saver's serializer: seeds are written and values checked through it.
         cache: The saver's cache of decoded values.
     """
 
-    def __init__(self, store: Environment, serde: SerializerProtocol, cache: DecodedCache) -> None:
-        self.store = store
+    def __init__(self, env: Environment, serde: SerializerProtocol, cache: DecodedCache) -> None:
+        self.env = env
         self.serde = serde
         self.cache = cache
 
@@ -89,7 +89,7 @@ class Maintenance:
             raise InvalidInputError(
                 f"copy_thread: source and target are both {src!r}; pick a new thread_id"
             )
-        counts = self.store.write(lambda w: w.copy_thread(src, dst))
+        counts = self.env.write(lambda w: w.copy_thread(src, dst))
         if counts is None:
             logger.warning("copy_thread: source thread %r has no checkpoints; nothing copied", src)
             return CopyReport(src, dst, found=False)
@@ -137,13 +137,13 @@ class Maintenance:
         if strategy == "delete":
             groups = self._groups_of(tids, frozenset())
             if dry_run:
-                with self.store.read() as r:
+                with self.env.read() as r:
                     for g in groups:
                         report.add(r.measure(g.t, g.n, Plan(delete=set(g.nodes)), g.versions))
                 return report
             for g in groups:
                 report.add({"checkpoints": len(g.nodes)})
-            self.store.write(functools.partial(_delete_threads, thread_ids=tids))
+            self.env.write(functools.partial(_delete_threads, thread_ids=tids))
             return report
 
         def choose(g: _Group) -> Plan:
@@ -161,7 +161,7 @@ class Maintenance:
         """``DeltaLogSaver.delete_for_runs``: the run-id index read in one snapshot, then planned."""
         runs = thread_list(run_ids, "run_ids")
         specs = _specs(reducers)
-        with self.store.read() as r:
+        with self.env.read() as r:
             doomed: dict[tuple[int, int], set[str]] = {}
             for run in runs:
                 for t, n, cid in r.run_checkpoints(run):
@@ -197,7 +197,7 @@ class Maintenance:
         want_ts: bool = False,
     ) -> list[_Group]:
         groups: list[_Group] = []
-        with self.store.read() as r:
+        with self.env.read() as r:
             for thread_id in thread_ids:
                 for t, n in r.thread_groups(thread_id):
                     if only is not None and (t, n) not in only:
@@ -233,7 +233,7 @@ class Maintenance:
             groups = self._groups_of(thread_ids, extra, only=only, want_ts=want_ts)
             plans = [(g, choose(g)) for g in groups]
             if report.dry_run:
-                with self.store.read() as r:
+                with self.env.read() as r:
                     for g, plan in plans:
                         if plan.seeds:
                             self._seed_rows(r, g, plan, specs=specs)  # the same refusal
@@ -243,7 +243,7 @@ class Maintenance:
                         report.add(counts)
                 return report
             work = [(g, plan) for g, plan in plans if not plan.empty]
-            results = self.store.write(
+            results = self.env.write(
                 functools.partial(
                     _apply_plans,
                     work=work,
@@ -357,7 +357,7 @@ class Maintenance:
         groups: list[tuple[str, int | None]] = []
         if thread_ids is None:
             # The name tables and every key, as reads use them (issue 15.1/15.2).
-            for kind, thread_id, detail in self.store.verify_tables():
+            for kind, thread_id, detail in self.env.verify_tables():
                 report.problems.append(Problem(kind, "error", thread_id, None, None, detail))
             if any(p.kind == "unreadable" for p in report.problems):
                 # The per-thread checks step through pages with next(), where LMDB
@@ -375,7 +375,7 @@ class Maintenance:
                 )
                 return report
             try:
-                with self.store.read() as r:
+                with self.env.read() as r:
                     for t in r.threads():
                         try:
                             groups.append((r.name_of(keys.KIND_THREAD, t), t))
@@ -385,13 +385,13 @@ class Maintenance:
                 report.problems.append(Problem("unreadable", "error", None, None, None, str(exc)))
             from deltalog.engine.memory import verify_memory  # the memory store's records
 
-            verify_memory(self.store, report)
+            verify_memory(self.env, report)
         else:
             groups = [(tid, None) for tid in thread_list(thread_ids, "thread_ids")]
         for thread_id, tid in groups:
             report.threads += 1
             try:
-                with self.store.read() as r:
+                with self.env.read() as r:
                     self._verify_thread(r, report, thread_id, tid, deep)
             except DeltaLogError as exc:  # e.g. LMDB reports a damaged page on this thread's path
                 report.problems.append(
@@ -433,10 +433,10 @@ class Maintenance:
     def backup(self, dest: str | os.PathLike[str], *, compact: bool = False) -> CompactReport:
         """``DeltaLogSaver.backup``: LMDB's copy of one read snapshot, owner-only."""
         folder = store_folder(dest, what="backup destination")
-        before = self.store.file_bytes()
-        self.store.copy_to(folder, compact=compact)
+        before = self.env.file_bytes()
+        self.env.copy_to(folder, compact=compact)
         after = os.path.getsize(os.path.join(folder, "data.mdb"))
-        return CompactReport(self.store.path, folder, before, after)
+        return CompactReport(self.env.path, folder, before, after)
 
 
 def _apply_plans(

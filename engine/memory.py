@@ -2,7 +2,7 @@
 
 >>> from deltalog.engine import DeltaLogSaver  # doctest: +SKIP
 >>> with DeltaLogSaver.from_path("app.lmdb") as saver:  # doctest: +SKIP
-...     graph = builder.compile(checkpointer=saver, store=saver.store())
+...     graph = builder.compile(checkpointer=saver, store=saver.memory_store())
 
 The adapter: it validates a batch, embeds what must be embedded, then hands
 plain data to :mod:`deltalog.engine.memory_io` inside one read or one write
@@ -78,7 +78,7 @@ class _SaverLike(Protocol):
     """What :meth:`DeltaLogStore.from_saver` needs of a saver: its environment."""
 
     @property
-    def store(self) -> Environment: ...
+    def env(self) -> Environment: ...
 
 
 @dataclass
@@ -112,7 +112,7 @@ class DeltaLogStore(BaseStore):
     writes, and all of its puts commit together, durably (R8).
 
     Args:
-        store: The open environment (e.g. ``saver.store``).
+        env: The open environment (e.g. ``saver.env``).
         index: Semantic search: ``{"dims": int, "embed": ..., "fields": [...]}``
             as LangGraph's ``IndexConfig`` (``embed`` is anything
             ``ensure_embeddings`` takes; ``fields`` defaults to ``["$"]``).
@@ -120,22 +120,22 @@ class DeltaLogStore(BaseStore):
             "sweep_interval_minutes": int}``.
         clock: Seconds since the epoch (``time.time`` by default); tests pass
             their own to move time without sleeping.
-        owns_store: Close the environment with this store.
+        owns_env: Close the environment with this store.
     """
 
     supports_ttl = True
 
     def __init__(
         self,
-        store: Environment,
+        env: Environment,
         *,
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
         clock: Callable[[], float] | None = None,
-        owns_store: bool = False,
+        owns_env: bool = False,
     ) -> None:
-        self.env = store
-        self.owns_store = owns_store
+        self.env = env
+        self.owns_env = owns_env
         self._shared = False
         self._clock = clock or time.time
         self.ttl_config = _check_ttl_config(ttl)
@@ -144,7 +144,7 @@ class DeltaLogStore(BaseStore):
         self._fields: list[tuple[str, list[str] | str]] = []
         if index is not None:
             self.index_config, self.embeddings, self._fields = _check_index(index)
-        self._directory = directory(store)
+        self._directory = directory(env)
         #: Namespaces (tuples) that passed validate_labels, so a get skips it.
         self._valid: set[tuple[str, ...]] = set()
         self._sweeper: threading.Thread | None = None
@@ -227,7 +227,7 @@ class DeltaLogStore(BaseStore):
         The store borrows the environment: it is usable while the saver is
         open, and closing it leaves the saver's environment open.
         """
-        return cls(saver.store, index=index, ttl=ttl, clock=clock)
+        return cls(saver.env, index=index, ttl=ttl, clock=clock)
 
     def close(self) -> None:
         """Stop the sweeper and release the environment (closed with its last user)."""
@@ -237,8 +237,8 @@ class DeltaLogStore(BaseStore):
 
             self._shared = False
             _release_shared(self.env)
-        elif self.owns_store:
-            self.owns_store = False
+        elif self.owns_env:
+            self.owns_env = False
             self.env.close()
 
     def __enter__(self) -> DeltaLogStore:

@@ -338,11 +338,11 @@ class MemoryReader:
 
     def __init__(self, txn: ReadTxn) -> None:
         self.txn = txn.txn
-        self.codec = txn.store.codec
-        self.items_db = txn.store.db("items")
-        self.ns_db = txn.store.db("item_ns")
-        self.vectors_db = txn.store.db("item_vectors")
-        self.ttl_db = txn.store.db("item_ttl")
+        self.codec = txn.env.codec
+        self.items_db = txn.env.db("items")
+        self.ns_db = txn.env.db("item_ns")
+        self.vectors_db = txn.env.db("item_vectors")
+        self.ttl_db = txn.env.db("item_ttl")
 
     @property
     def available(self) -> bool:

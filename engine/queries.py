@@ -309,7 +309,7 @@ class QueryReads(HistoryReads):
             CorruptRecordError: A dictionary record is damaged (naming it).
         """
         out: list[tuple[int, bytes]] = []
-        legacy = self.store.format_version < keys.KEYED_FORMAT
+        legacy = self.env.format_version < keys.KEYED_FORMAT
         cur = self.txn.cursor(db=self.dbs.meta)
         ok = cur.set_range(b"dict:")
         while ok and cur.key().startswith(b"dict:"):

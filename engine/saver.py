@@ -119,42 +119,44 @@ class DeltaLogSaver(
         ...     graph = builder.compile(checkpointer=saver)
 
     Args:
-        store: An open :class:`~deltalog.engine.env.Environment`.
+        env: An open :class:`~deltalog.engine.env.Environment`.
         serde: Serializer for values, metadata and writes (LangGraph's
             ``JsonPlusSerializer`` by default, pickle fallback off).
-        owns_store: Close the store when the saver closes.
+        owns_env: Close the environment when the saver closes.
         cache_bytes: Cap on memory for decoded channel values (seeds above
             all); the budget grows to it with the workload (docs/operations.md,
             "Memory"); 0 turns the cache off. Readers always get private copies.
+            None takes the environment's ``CachePolicy.decoded_bytes``.
 
     Raises:
-        TypeError: ``store`` is not an Environment; for a path, the message names
+        TypeError: ``env`` is not an Environment; for a path, the message names
             :meth:`from_path` and :meth:`from_conn_string`.
     """
 
     def __init__(
         self,
-        store: Environment,
+        env: Environment,
         *,
         serde: SerializerProtocol | None = None,
-        owns_store: bool = True,
-        cache_bytes: int = 64 * 1024**2,
+        owns_env: bool = True,
+        cache_bytes: int | None = None,
     ) -> None:
-        if not isinstance(store, Environment):
+        if not isinstance(env, Environment):
             hint = (
-                f"DeltaLogSaver.from_path({store!r}) opens a store at a path (or use "
-                f"`with DeltaLogSaver.from_conn_string({store!r}) as saver:`)"
-                if isinstance(store, (str, bytes, os.PathLike))
-                else "pass a deltalog.engine.Store, or open a path with DeltaLogSaver.from_path"
+                f"DeltaLogSaver.from_path({env!r}) opens a store at a path (or use "
+                f"`with DeltaLogSaver.from_conn_string({env!r}) as saver:`)"
+                if isinstance(env, (str, bytes, os.PathLike))
+                else "pass a deltalog.engine.Environment, or open a path with "
+                "DeltaLogSaver.from_path"
             )
             raise TypeError(
-                f"DeltaLogSaver() takes an open Environment, not {type(store).__name__} {store!r:.80}; "
-                + hint
+                f"DeltaLogSaver() takes an open Environment, not {type(env).__name__} "
+                f"{env!r:.80}; " + hint
             )
         super().__init__(serde=serde)
-        self.store = store
-        self.owns_store = owns_store
-        self.cache = DecodedCache(cache_bytes)
+        self.env = env
+        self.owns_env = owns_env
+        self.cache = DecodedCache(env.caches.decoded_bytes if cache_bytes is None else cache_bytes)
         self.history_copies = HistoryCopies()
         self._executor: ThreadPoolExecutor | None = None
         self._shared = False
@@ -262,9 +264,9 @@ class DeltaLogSaver(
             self._executor = None
         if self._shared:
             self._shared = False
-            release_shared(self.store)
-        elif self.owns_store:
-            self.store.close()
+            release_shared(self.env)
+        elif self.owns_env:
+            self.env.close()
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir = None
@@ -314,7 +316,7 @@ class DeltaLogSaver(
         """LangGraph long-term memory (a ``BaseStore``) in this saver's LMDB file.
 
         ``builder.compile(checkpointer=saver, store=saver.memory_store())`` keeps
-        checkpoints and memory in one environment (``saver.store`` is that
+        checkpoints and memory in one environment (``saver.env`` is that
         environment).
 
         Args:
@@ -362,7 +364,7 @@ class DeltaLogSaver(
             ConfigError: The config has no usable ``thread_id``.
         """
         thread_id, checkpoint_ns, checkpoint_id = parse_config(config)
-        with self.store.read() as r:
+        with self.env.read() as r:
             ids = r.ids(thread_id, checkpoint_ns)
             row = r.checkpoint(*ids, checkpoint_id) if ids is not None else None
         return None if row is None else self._to_tuple(row)
@@ -389,7 +391,7 @@ class DeltaLogSaver(
             are skipped.
         """
         for row in list_rows(
-            self.store, self._loads, config, filter=filter, before=before, limit=limit
+            self.env, self._loads, config, filter=filter, before=before, limit=limit
         ):
             yield self._to_tuple(row)
 
@@ -414,7 +416,7 @@ class DeltaLogSaver(
         if not channels:
             return {}
         thread_id, checkpoint_ns, checkpoint_id = parse_config(config)
-        with self.store.read() as r:
+        with self.env.read() as r:
             ids = r.ids(thread_id, checkpoint_ns)
             raw = (
                 r.history(*ids, checkpoint_id, channels)
@@ -448,7 +450,7 @@ class DeltaLogSaver(
             InvalidInputError: An unserializable value, a bad id or version.
         """
         op, out = prepare_put(self.serde, config, checkpoint, metadata, new_versions)
-        self.store.write(op, history_safe=True)
+        self.env.write(op, history_safe=True)
         return out
 
     def put_writes(
@@ -474,7 +476,7 @@ class DeltaLogSaver(
             ConfigError: Missing ``thread_id`` or ``checkpoint_id``.
             InvalidInputError: A malformed write or unserializable value.
         """
-        self.store.write(
+        self.env.write(
             prepare_writes(self.serde, config, writes, task_id, task_path), history_safe=True
         )
 
@@ -485,7 +487,7 @@ class DeltaLogSaver(
             thread_id: The thread to delete; unknown threads are a no-op.
         """
         tid = thread_id_of(thread_id)
-        self.store.write(lambda w: w.delete_thread(tid))
+        self.env.write(lambda w: w.delete_thread(tid))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Next channel version: a 32-digit counter, a dot and 32 random bits in hex.
@@ -513,7 +515,7 @@ class DeltaLogSaver(
 
     def _maintenance(self) -> Maintenance:
         """The maintenance service over this saver's store, serde and cache (R7)."""
-        return Maintenance(self.store, self.serde, self.cache)
+        return Maintenance(self.env, self.serde, self.cache)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> CopyReport:  # type: ignore[override]  # returns a report; base returns None
         """Copy a thread's complete chain — every namespace, checkpoint, write and blob.
@@ -662,11 +664,11 @@ class DeltaLogSaver(
 
         Read from keys and record sizes only (nothing is deserialized).
         """
-        return thread_summaries(self.store)
+        return thread_summaries(self.env)
 
     def channel_stats(self) -> dict[str, dict[str, int]]:
         """Per channel: stored values and writes, bytes as stored and before compression."""
-        return channel_sizes(self.store)
+        return channel_sizes(self.env)
 
     def checkpoint_refs(self, thread_id: str) -> builtins.list[tuple[str, str, str | None, bool]]:
         """Every checkpoint of a thread as (checkpoint_ns, checkpoint_id, parent_id, hidden).
@@ -675,7 +677,7 @@ class DeltaLogSaver(
         record envelopes only, so walking a large thread's shape is cheap.
         """
         tid = thread_id_of(thread_id)
-        with self.store.read() as r:
+        with self.env.read() as r:
             t = r.name_id(keys.KIND_THREAD, tid)
             return [] if t is None else r.checkpoint_refs(t)
 
@@ -686,7 +688,7 @@ class DeltaLogSaver(
         to keep ``writes_sort_key`` order there.
         """
         thread_id, checkpoint_ns, checkpoint_id = parse_config(config)
-        with self.store.read() as r:
+        with self.env.read() as r:
             ids = r.ids(thread_id, checkpoint_ns)
             row = r.checkpoint(*ids, checkpoint_id, with_values=False) if ids else None
         return [] if row is None else row.writes
@@ -711,7 +713,7 @@ class DeltaLogSaver(
             thread, then ``item`` records.
         """
         yield header()
-        yield from export_rows(self.store, thread_ids, items=items)
+        yield from export_rows(self.env, thread_ids, items=items)
 
     def import_records(self, records: Iterable[dict[str, Any]]) -> dict[str, int]:
         """Import an export stream in one write transaction (all or nothing, R8).
@@ -732,7 +734,7 @@ class DeltaLogSaver(
         rows, first_lines = check_import(records, self.serde)
         items = [rec for rec in rows if rec["kind"] == "item"]
         if not items:
-            return self.store.write(lambda w: w.import_records(rows, first_lines=first_lines))
+            return self.env.write(lambda w: w.import_records(rows, first_lines=first_lines))
         from deltalog.engine.memory_export import import_items
         from deltalog.engine.memory_io import directory
 
@@ -744,8 +746,8 @@ class DeltaLogSaver(
             counts["items"] = len(items)
             return counts, interned
 
-        counts, interned = self.store.write(op)
-        directory(self.store).learn(interned)
+        counts, interned = self.env.write(op)
+        directory(self.env).learn(interned)
         return counts
 
     # -- async twins -------------------------------------------------------------------------
@@ -765,7 +767,7 @@ class DeltaLogSaver(
         A cancelled coroutine does not cancel its write, which may still
         commit.
         """
-        return await run_write(self.store, self._writer_pool, op, history_safe=history_safe)
+        return await run_write(self.env, self._writer_pool, op, history_safe=history_safe)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async :meth:`get_tuple`: the read and decode run in a worker thread."""

@@ -96,7 +96,7 @@ class TableCheck:
     def __init__(self, r: ReadTxn) -> None:
         self.out: list[tuple[str, str | None, str]] = []
         self.crc = r._names_crc()
-        self.legacy_dictionaries = r.store.format_version < keys.KEYED_FORMAT
+        self.legacy_dictionaries = r.env.format_version < keys.KEYED_FORMAT
         try:
             seq = r.meta("name_seq") or 0
         except ValueError as exc:  # not msgpack

@@ -88,11 +88,11 @@ class TxnBase:
     """Whether :meth:`~deltalog.engine.history.HistoryReads.history` may use the history memo
     (never in a write transaction, whose view includes uncommitted changes)."""
 
-    def __init__(self, store: EnvironmentBase, txn: Any) -> None:
-        self.store = store
+    def __init__(self, env: EnvironmentBase, txn: Any) -> None:
+        self.env = env
         self.txn = txn
-        self.dbs = store._dbs
-        self.codec = store.codec
+        self.dbs = env._dbs
+        self.codec = env.codec
 
     # -- names -----------------------------------------------------------------
 
@@ -103,7 +103,7 @@ class TxnBase:
             CorruptRecordError: The ``names`` record fails its CRC (format 4) or
                 is malformed: never another name's id.
         """
-        cache = self.store._name_ids
+        cache = self.env._name_ids
         hit = cache.get((kind, name))
         if hit is not None:
             return hit
@@ -115,12 +115,12 @@ class TxnBase:
         if stored is not None and stored != name:  # hashed long name collision
             return None
         cache.put((kind, name), name_id)
-        self.store._names.put((kind, name_id), name)
+        self.env._names.put((kind, name_id), name)
         return name_id
 
     def name_of(self, kind: bytes, name_id: int) -> str:
         """The name behind an interned id (CRC-checked like :meth:`name_id`)."""
-        cache = self.store._names
+        cache = self.env._names
         hit = cache.get((kind, name_id))
         if hit is not None:
             return hit
@@ -137,11 +137,11 @@ class TxnBase:
     def _names_crc(self) -> bool:
         """Whether name records carry a CRC: format 4, or an older store that another
         process upgraded after this (read-only) process opened it."""
-        if not self.store._names_crc:
+        if not self.env._names_crc:
             raw = self.txn.get(b"format_version", db=self.dbs.meta)
-            version = read_format_version(raw, self.store.path)
-            self.store._names_crc = version >= NAMES_CRC_FORMAT
-        return self.store._names_crc
+            version = read_format_version(raw, self.env.path)
+            self.env._names_crc = version >= NAMES_CRC_FORMAT
+        return self.env._names_crc
 
     def ids(self, thread_id: str, checkpoint_ns: str) -> tuple[int, int] | None:
         """Interned (thread, ns) ids, or None when nothing was ever stored there."""
@@ -178,7 +178,7 @@ class TxnBase:
     def _envelope(self, key: bytes, raw: bytes) -> tuple[Any, dict[str, Version], dict[str, Any]]:
         """(parent bytes, channel versions, inline values) of checkpoint record ``raw``,
         through the store's envelope cache (shared dicts: read them, never change them)."""
-        envelopes = self.store.envelopes
+        envelopes = self.env.envelopes
         cached = envelopes.get(raw)
         if cached is None:
             rec = self.codec.decode(raw, f"checkpoints/{key.hex()}", key=key)
@@ -301,9 +301,9 @@ class WriteBase(TxnBase):
     memo_reads = False
 
     def __init__(
-        self, store: EnvironmentBase, txn: Any, new_names: dict[tuple[bytes, str], int]
+        self, env: EnvironmentBase, txn: Any, new_names: dict[tuple[bytes, str], int]
     ) -> None:
-        super().__init__(store, txn)
+        super().__init__(env, txn)
         self.new_names = new_names
         # What this transaction may change in remembered histories (reported to
         # the history memo before the commit, see Environment._run_batch).

@@ -10,7 +10,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 
 def _store_entries(saver: DeltaLogSaver) -> dict[str, int]:
-    stats = saver.store.stats()
+    stats = saver.env.stats()
     return {name: stats[name]["entries"] for name in ("checkpoints", "writes", "blobs", "runs")}
 
 

@@ -110,5 +110,5 @@ def test_large_message_chat_keeps_caches_small_and_state_right(tmp_path: Path) -
         assert saver.cache.hits > 0
         # With fixed 64 MiB budgets: 10.2, 10.3 and 50.8 MiB here.
         assert saver.cache.size < 6 * MiB
-        assert saver.store.payloads.size < 9.5 * MiB
-        assert saver.store.memo.size < 32 * MiB
+        assert saver.env.payloads.size < 9.5 * MiB
+        assert saver.env.memo.size < 32 * MiB

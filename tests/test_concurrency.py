@@ -235,9 +235,9 @@ def test_processes_threads_readers_writers_at_once(tmp_path: Path) -> None:
         print(
             f"\n3 processes x 4 threads: {stored} checkpoints in {elapsed:.1f} s = "
             f"{stored / elapsed:.0f} checkpoints/s, {work.reads} checked reads, "
-            f"map grew to {saver.store.env.info()['map_size']} bytes"
+            f"map grew to {saver.env.env.info()['map_size']} bytes"
         )
-        assert saver.store.env.info()["map_size"] > TINY_MAP
+        assert saver.env.env.info()["map_size"] > TINY_MAP
     finally:
         saver.close()
 
@@ -259,7 +259,7 @@ def test_threads_on_one_saver_with_a_growing_map(make_saver: Callable[..., Delta
     for t in threads:
         t.join()
     check_everything(saver, work)
-    assert saver.store.env.info()["map_size"] > 64 * 1024
+    assert saver.env.env.info()["map_size"] > 64 * 1024
 
 
 @pytest.mark.timeout(60)
@@ -348,7 +348,7 @@ def test_group_commit_shares_transactions(
 ) -> None:
     """R8: with group commit, 16 concurrent writers share fsync'd transactions (fewer commits than puts) and every put that returned is stored; without it, one commit per put."""
     saver = make_saver(group_commit=group_commit)
-    before = saver.store.commits.stats()
+    before = saver.env.commits.stats()
     work = Work()
     threads = [threading.Thread(target=_n_puts, args=(saver, f"t{k}", 30, work)) for k in range(16)]
     for t in threads:
@@ -356,7 +356,7 @@ def test_group_commit_shares_transactions(
     for t in threads:
         t.join()
     assert not work.errors, work.errors
-    after = saver.store.commits.stats()
+    after = saver.env.commits.stats()
     commits = after.batches - before.batches
     assert after.ops - before.ops == len(work.tagged) == 16 * 30
     for thread_id, cid, _, seq in work.tagged:
@@ -435,7 +435,7 @@ def _last_batch_waiting(saver: DeltaLogSaver, gates: _Gates) -> _LastBatch:
     """A write held in gate "first", and queued behind it a batch of a put (whose caller
     leads it) and an op held in gate "shared" (whose caller sleeps until the batch's
     callers are woken); "first" is then opened. Returns once the batch runs "shared"."""
-    store = saver.store
+    store = saver.env
     put: list[RunnableConfig] = []
     first = threading.Thread(target=store.write, args=(gates.op("first"),))
     first.start()
@@ -488,7 +488,7 @@ def test_interrupted_waiter_does_not_stall_group_commit(
     signal) withdraws its write: queued, it never runs; made the next leader, it passes the
     lead on. Either way the writers queued behind it finish."""
     saver = make_saver()
-    store = saver.store
+    store = saver.env
     gate, entered = threading.Event(), threading.Event()
     ran: list[str] = []
 
@@ -539,7 +539,7 @@ def test_a_withdrawn_next_leader_wakes_the_batch_left_to_it(
     own ops ran (Store._lead). A successor interrupted before it starts, with no one queued
     behind it, wakes them itself; a caller of that batch never waits for a later write."""
     saver = make_saver()
-    store = saver.store
+    store = saver.env
     gates = _Gates("first", "shared")
     ran: list[str] = []
 
@@ -573,7 +573,7 @@ def test_a_failing_op_fails_alone_and_leaves_nothing_in_its_batch(
     """The ops of a batch share one transaction: one that writes and then raises fails its
     own caller, none of what it wrote is stored, and the other ops of the batch commit."""
     saver = make_saver()
-    store = saver.store
+    store = saver.env
     before = store.commits.stats()
     gate, entered = threading.Event(), threading.Event()
 
@@ -623,7 +623,7 @@ def test_a_committed_caller_does_not_wait_for_the_next_batchs_long_op(
     before an op that may run long (not history-safe: maintenance) or once its ops ran
     WAKE_AFTER: a caller whose write is durable returns while the next batch still runs."""
     saver = make_saver()
-    store = saver.store
+    store = saver.env
     gates = _Gates("first", "shared", "slow")
     last = _last_batch_waiting(saver, gates)
     # Queued behind that batch, so its caller leads next and inherits the batch to wake.
@@ -657,7 +657,7 @@ def test_callers_woken_in_turn_skip_one_that_stopped_waiting(
     interrupted while its batch waited to be woken (its write is durable; it raises)
     is skipped: the callers after it still wake, none waits for a later write."""
     saver = make_saver()
-    store = saver.store
+    store = saver.env
     gates = _Gates("first", "shared", "slow")
     withdrawn = threading.Event()
 
@@ -724,7 +724,7 @@ async def test_async_writes_share_commits_without_a_thread_each(
     waits per pending write (the process gains at most the store's one lead thread), and every
     put that returned is stored."""
     saver = make_saver()
-    before = saver.store.commits.stats()
+    before = saver.env.commits.stats()
     baseline = threading.active_count()
     peak = [baseline]
     running = True
@@ -739,7 +739,7 @@ async def test_async_writes_share_commits_without_a_thread_each(
     running = False
     await sampler
     puts = sum(len(c) for c in chains)
-    after = saver.store.commits.stats()
+    after = saver.env.commits.stats()
     commits = after.batches - before.batches
     assert puts == 64 * 20 == after.ops - before.ops
     assert commits < puts * 0.5, f"{puts} puts took {commits} commits"
@@ -773,7 +773,7 @@ async def test_async_and_thread_writers_on_one_saver(
     for k, chain in enumerate(chains):
         for cid, _seq in chain:
             assert saver.get_tuple(at(f"a{k}", cid)) is not None
-    assert saver.store.commits.idle()
+    assert saver.env.commits.idle()
 
 
 @pytest.mark.timeout(60)
@@ -809,6 +809,6 @@ async def test_async_write_errors_reach_only_their_coroutine(
     def unreachable(error: BaseException | None, value: Any) -> None:
         raise RuntimeError("Event loop is closed")
 
-    saver.store.submit(lambda w: told.append("ran"), unreachable)
+    saver.env.submit(lambda w: told.append("ran"), unreachable)
     assert len(await _aput_chain(saver, "after-closed-loop", 3)) == 3
     assert told == ["ran"]

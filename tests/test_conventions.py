@@ -31,7 +31,7 @@ def test_from_conn_string_is_a_context_manager(tmp_path: Path) -> None:
         graph = _graph(saver)
         graph.invoke({"messages": [("user", "hi")]}, CONFIG)
         assert saver.get_tuple(CONFIG) is not None
-    assert saver.store.closed
+    assert saver.env.closed
     with DeltaLogSaver.from_conn_string(str(tmp_path / "s")) as again:
         assert again.get_tuple(CONFIG) is not None
 
@@ -42,13 +42,13 @@ async def test_from_conn_string_is_an_async_context_manager(tmp_path: Path) -> N
         graph = _graph(saver)
         await graph.ainvoke({"messages": [("user", "hi")]}, CONFIG)
         assert (await saver.aget_tuple(CONFIG)) is not None
-    assert saver.store.closed
+    assert saver.env.closed
 
 
 def test_from_conn_string_passes_options(tmp_path: Path) -> None:
     """Keyword options reach from_path (an unknown one is a TypeError naming it)."""
     with DeltaLogSaver.from_conn_string(tmp_path / "s", compress_threshold=None) as saver:
-        assert saver.store.codec.compress_threshold is None
+        assert saver.env.codec.compress_threshold is None
     with (
         pytest.raises(TypeError, match="nosuch"),
         DeltaLogSaver.from_conn_string(tmp_path / "s", nosuch=1),
@@ -96,7 +96,7 @@ def test_memory_is_a_private_temporary_store(
     else:
         first = DeltaLogSaver.from_conn_string(":memory:").__enter__()
         second = DeltaLogSaver.from_conn_string(":memory:").__enter__()
-    folder = first.store.path
+    folder = first.env.path
     assert os.path.isdir(folder) and not os.path.exists(":memory:")
     first.put(CONFIG, empty_checkpoint(), {}, {})
     assert second.get_tuple(CONFIG) is None  # not shared, like SQLite's ":memory:"

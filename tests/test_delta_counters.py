@@ -14,7 +14,7 @@ from tests.graphs import cfg
 
 
 def dump(saver: DeltaLogSaver) -> dict[str, list[tuple[bytes, bytes]]]:
-    return {db: list(saver.store.iter_db(db)) for db in DB_NAMES}
+    return {db: list(saver.env.iter_db(db)) for db in DB_NAMES}
 
 
 @pytest.mark.parametrize(

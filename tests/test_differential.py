@@ -71,7 +71,7 @@ def test_reopen_gives_same_states(tmp_path: Path) -> None:
         for turn in range(8):
             graph.invoke({"messages": [human(turn)]}, config)
         before = history(graph, config)
-        map_after = saver.store.env.info()["map_size"]
+        map_after = saver.env.env.info()["map_size"]
     assert map_after > 64 * 1024, "the tiny map should have grown"
     with DeltaLogSaver.from_path(path) as saver:
         graph = chat_graph(3).compile(checkpointer=saver)

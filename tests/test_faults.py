@@ -77,7 +77,7 @@ def test_map_full_at_cap_is_clear_and_atomic(make_saver: Callable[..., DeltaLogS
     """R8/R9: growth disabled (map_size == max_map_size): StoreFullError, the failed put left nothing, the rest verifies and a reopen with a higher cap continues."""
     cap = 512 * 1024
     saver = make_saver(map_size=cap, max_map_size=cap)
-    path = saver.store.path
+    path = saver.env.path
     stored, error = fill_until_full(saver, "full", 8 * 1024)
     assert "max_map_size" in str(error) and str(cap) in str(error)
     assert len(stored) > 10
@@ -99,7 +99,7 @@ def test_map_growth_stops_at_cap(make_saver: Callable[..., DeltaLogSaver]) -> No
     """R9: a tiny map grows on demand up to max_map_size, then StoreFullError; nothing half-written."""
     saver = make_saver(map_size=64 * 1024, max_map_size=1024 * 1024)
     stored, error = fill_until_full(saver, "grow", 16 * 1024)
-    assert saver.store.env.info()["map_size"] == 1024 * 1024
+    assert saver.env.env.info()["map_size"] == 1024 * 1024
     assert isinstance(error, StoreFullError)
     assert_all_present(saver, stored)
     assert_verified(saver)
@@ -254,7 +254,7 @@ import sys, time
 sys.path.insert(0, sys.argv[2])
 from deltalog.engine import DeltaLogSaver, Environment
 saver = DeltaLogSaver(Environment(sys.argv[1], max_readers=int(sys.argv[3])))
-with saver.store.read() as r:
+with saver.env.read() as r:
     r.threads()
     print("reading", flush=True)
     time.sleep(600)
@@ -303,10 +303,10 @@ def test_stale_reader_slots_of_killed_readers_are_cleared(tmp_path: Path) -> Non
         for child in children:
             child.send_signal(signal.SIGKILL)
             child.wait()
-        assert dead <= _reader_pids(survivor.store.env.readers())
+        assert dead <= _reader_pids(survivor.env.env.readers())
         # Every slot is held by a dead process: the survivor's next read needs one.
         assert survivor.get_tuple(cfg("t")) is not None
-        assert not dead & _reader_pids(survivor.store.env.readers())
+        assert not dead & _reader_pids(survivor.env.env.readers())
         # And a fresh opener clears them on open.
         children = [
             subprocess.Popen(
@@ -330,7 +330,7 @@ def test_stale_reader_slots_of_killed_readers_are_cleared(tmp_path: Path) -> Non
         )
         assert opener.returncode == 0, opener.stderr[-2000:]
         assert "cleared 2 stale LMDB reader slots" in opener.stderr
-        assert not dead & _reader_pids(survivor.store.env.readers())
+        assert not dead & _reader_pids(survivor.env.env.readers())
     finally:
         survivor.close()
 
@@ -348,7 +348,7 @@ def test_fork_after_open_child_reopens_parent_undisturbed(
     for turn in range(3):
         graph.invoke({"messages": [human(turn)]}, cfg("parent"))
     before = observe(graph.get_state(cfg("parent")))
-    inherited = saver.store.env
+    inherited = saver.env.env
     pid = os.fork()
     if pid == 0:  # the child: never return into pytest
         code = 1
@@ -356,7 +356,7 @@ def test_fork_after_open_child_reopens_parent_undisturbed(
             assert observe(graph.get_state(cfg("parent"))) == before
             for turn in range(4):
                 graph.invoke({"messages": [human(turn)]}, cfg("child"))
-            assert saver.store.env is not inherited
+            assert saver.env.env is not inherited
             code = 0
         except BaseException:
             import traceback
@@ -490,18 +490,18 @@ def _records_of(saver: DeltaLogSaver, target: str) -> dict[str, tuple[bytes, byt
     found = saver.get_tuple(at("victim", target))
     assert found is not None and found.pending_writes
     version = found.checkpoint["channel_versions"]["messages"]
-    with saver.store.read() as r:
+    with saver.env.read() as r:
         t = r.name_id(keys.KIND_THREAD, "victim")
         messages = r.name_id(keys.KIND_CHANNEL, "messages")
     out: dict[str, tuple[bytes, bytes]] = {}
-    for key, raw in saver.store.iter_db("checkpoints"):
+    for key, raw in saver.env.iter_db("checkpoints"):
         if keys.decode_checkpoint_key(key)[::2] == (t, target):
             out["checkpoints"] = (key, raw)
-    for key, raw in saver.store.iter_db("blobs"):
+    for key, raw in saver.env.iter_db("blobs"):
         bt, _, channel, bversion = keys.decode_blob_key(key)
         if (bt, channel, bversion) == (t, messages, version):
             out["blobs"] = (key, raw)
-    for key, raw in saver.store.iter_db("writes"):
+    for key, raw in saver.env.iter_db("writes"):
         wt, _, cid, *_ = keys.decode_write_key(key)
         if (wt, cid) == (t, target) and "writes" not in out:
             out["writes"] = (key, raw)
@@ -510,8 +510,8 @@ def _records_of(saver: DeltaLogSaver, target: str) -> dict[str, tuple[bytes, byt
 
 
 def _put_raw(saver: DeltaLogSaver, db: str, key: bytes, value: bytes) -> None:
-    handle = saver.store.db(db)
-    saver.store.write(lambda w: w.put_raw(handle, key, value))
+    handle = saver.env.db(db)
+    saver.env.write(lambda w: w.put_raw(handle, key, value))
 
 
 @pytest.mark.parametrize("db", ["checkpoints", "blobs", "writes"])

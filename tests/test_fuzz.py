@@ -72,7 +72,7 @@ def same(a: Any, b: Any) -> bool:
 
 def counts(saver: DeltaLogSaver) -> dict[str, int]:
     """Entries per named database: equal before and after a refused call."""
-    stats = saver.store.stats()
+    stats = saver.env.stats()
     return {k: v["entries"] for k, v in stats.items() if isinstance(v, dict)}
 
 
@@ -222,7 +222,7 @@ def test_huge_value_roundtrips(make_saver: Any) -> None:
     assert found is not None
     assert found.checkpoint["channel_values"]["blob"] == big
     assert found.pending_writes is not None and found.pending_writes[0][2] == big
-    assert saver.store.env.info()["map_size"] > 200 * 1024**2
+    assert saver.env.env.info()["map_size"] > 200 * 1024**2
     del found, big
 
 
@@ -336,10 +336,10 @@ def test_write_channel_prefix_is_covered_by_the_crc(tmp_path: Path) -> None:
     with DeltaLogSaver.from_path(tmp_path / "s") as saver:
         config = saver.put({"configurable": {"thread_id": "t"}}, empty_checkpoint(), {}, {})
         saver.put_writes(config, [("a", 1), ("b", 2)], "task")
-        key, value = next(iter(saver.store.iter_db("writes")))
+        key, value = next(iter(saver.env.iter_db("writes")))
         flipped = bytes((value[0], value[1] ^ 0x01)) + value[2:]
-        with saver.store.env.begin(write=True) as txn:
-            txn.put(key, flipped, db=saver.store.db("writes"))
+        with saver.env.env.begin(write=True) as txn:
+            txn.put(key, flipped, db=saver.env.db("writes"))
         with pytest.raises(CorruptRecordError):
             saver.get_tuple(config)
         assert not saver.verify().ok

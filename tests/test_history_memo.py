@@ -46,7 +46,7 @@ def cold_history(
 ) -> dict[str, Any]:
     """The history by a walk that neither reads nor fills the memo, decoded by the serde."""
     conf = config["configurable"]
-    with saver.store.read() as r:
+    with saver.env.read() as r:
         ids = r.ids(conf["thread_id"], conf.get("checkpoint_ns", ""))
         raw = (
             r.delta_history(*ids, conf.get("checkpoint_id"), channels)
@@ -69,7 +69,7 @@ def assert_same(
 ) -> dict[str, Any]:
     """The memo path equals the cold walk, as rows and as decoded values; return the latter."""
     conf = config["configurable"]
-    with saver.store.read() as r:
+    with saver.env.read() as r:
         ids = r.ids(conf["thread_id"], conf.get("checkpoint_ns", ""))
         if ids is not None:
             rows = r.history(*ids, conf.get("checkpoint_id"), channels)
@@ -126,7 +126,7 @@ def test_long_chat_memo_equals_cold_walk(sf: int, make_saver: Callable[..., Delt
         if turn % 7 == 0:
             assert_same(saver, cfg("t"))
     # With sf=3 most walks reach a seed before a remembered history.
-    assert saver.store.memo.hits > (60 if sf == 3 else 300)
+    assert saver.env.memo.hits > (60 if sf == 3 else 300)
     if sf == 100:
         assert saver.history_copies.hits > 200
     assert assert_all_same(saver, "t") > 900
@@ -148,7 +148,7 @@ def test_memo_off_gives_the_same_histories(tmp_path: Path) -> None:
             assert [w[2] for w in h_on["messages"]["writes"]] == [
                 w[2] for w in h_off["messages"]["writes"]
             ]
-        assert on.store.memo.hits > 0 and off.store.memo.hits == 0
+        assert on.env.memo.hits > 0 and off.env.memo.hits == 0
     finally:
         on.close()
         off.close()
@@ -161,7 +161,7 @@ async def test_async_chat_memo_equals_cold_walk(make_saver: Callable[..., DeltaL
     for turn in range(40):
         await graph.ainvoke({"messages": [human(turn)]}, cfg("t"))
         assert_same(saver, cfg("t"))
-    assert saver.store.memo.hits > 30
+    assert saver.env.memo.hits > 30
     assert_all_same(saver, "t")
 
 
@@ -178,7 +178,7 @@ def test_put_writes_to_an_old_ancestor_is_seen(
     run_turns(graph, "t", range(12))
     before = assert_same(saver, cfg("t"))
     assert_all_same(saver, "t")
-    hits = saver.store.memo.hits
+    hits = saver.env.memo.hits
     latest = refs(saver, "t")[-1]
     # The latest checkpoint's parent is on every walk from the latest one.
     parent = saver.get_tuple(latest).parent_config  # type: ignore[union-attr]
@@ -193,7 +193,7 @@ def test_put_writes_to_an_old_ancestor_is_seen(
     assert_all_same(saver, "t", seed=1)
     run_turns(graph, "t", range(12, 16))
     assert_all_same(saver, "t", seed=2)
-    assert saver.store.memo.hits > hits
+    assert saver.env.memo.hits > hits
 
 
 def test_fork_from_an_old_checkpoint(make_saver: Callable[..., DeltaLogSaver]) -> None:
@@ -214,7 +214,7 @@ def test_fork_from_an_old_checkpoint(make_saver: Callable[..., DeltaLogSaver]) -
     assert "h-601" in message_ids(latest) and "h-29" not in message_ids(latest)
     assert branch["messages"][-1].id.startswith("a-")
     assert_all_same(saver, "t", seed=3)
-    assert saver.store.memo.hits > 0
+    assert saver.env.memo.hits > 0
 
 
 @pytest.mark.parametrize("sf", [3, 100])
@@ -249,7 +249,7 @@ def test_maintenance_then_read(sf: int, make_saver: Callable[..., DeltaLogSaver]
     assert "h-41" not in message_ids(again)
     assert_all_same(saver, "t", seed=5)
     assert_all_same(saver, "copy", seed=6)
-    assert saver.store.memo.hits > 0
+    assert saver.env.memo.hits > 0
 
 
 # -- hand-built chains -----------------------------------------------------------------------------
@@ -305,7 +305,7 @@ def test_non_monotonic_ids_are_never_remembered(make_saver: Callable[..., DeltaL
     _write(saver, 7, "d")
     for _ in range(2):
         assert message_ids(assert_same(saver, at("t", _id(20)))) == ["root", "p", "p2", "c", "d"]
-    assert saver.store.memo.hits == 0
+    assert saver.env.memo.hits == 0
 
 
 def test_a_seed_stored_later_for_an_ancestor_version(
@@ -320,7 +320,7 @@ def test_a_seed_stored_later_for_an_ancestor_version(
     _put(saver, 3, 2, "3")
     for _ in range(2):
         assert message_ids(assert_same(saver, at("t", _id(3)))) == ["r", "a"]
-    assert saver.store.memo.hits > 0
+    assert saver.env.memo.hits > 0
     _put(saver, 4, 3, "2", _DeltaSnapshot([AIMessage("seeded", id="seed")]))
     history = assert_same(saver, at("t", _id(3)))
     assert message_ids(history) == ["seed", "a"]
@@ -339,14 +339,12 @@ def test_a_deletion_declared_history_safe_still_invalidates_the_memo(
     _put(saver, 3, 2, "3")
     for _ in range(2):
         assert message_ids(assert_same(saver, at("t", _id(3)))) == ["r", "a"]
-    assert saver.store.memo.hits > 0
-    with saver.store.read() as r:
+    assert saver.env.memo.hits > 0
+    with saver.env.read() as r:
         ids = r.ids("t", "")
     assert ids is not None
     ancestor = keys.checkpoint_key(*ids, keys.encode_id(_id(2)))
-    saver.store.write(
-        lambda w: w.delete_prefix(saver.store.db("writes"), ancestor), history_safe=True
-    )
+    saver.env.write(lambda w: w.delete_prefix(saver.env.db("writes"), ancestor), history_safe=True)
     assert message_ids(assert_same(saver, at("t", _id(3)))) == ["r"]
 
 
@@ -367,7 +365,7 @@ def test_overwritten_and_late_inserted_checkpoints(
     for _ in range(2):
         assert message_ids(assert_same(saver, at("t", _id(4)))) == ["r", "b"]
         assert message_ids(assert_same(saver, at("t", _id(6)))) == []
-    hits = saver.store.memo.hits
+    hits = saver.env.memo.hits
     assert hits > 0
     # Store 3 again with a version that has a stored value: it becomes the seed.
     _put(saver, 3, 1, "3b", _DeltaSnapshot([AIMessage("seeded", id="seed")]))
@@ -377,7 +375,7 @@ def test_overwritten_and_late_inserted_checkpoints(
     assert message_ids(assert_same(saver, at("t", _id(6)))) == ["r", "early"]
     for _ in range(2):
         assert_same(saver, at("t", _id(6)))
-    assert saver.store.memo.hits > hits
+    assert saver.env.memo.hits > hits
 
 
 def test_a_blob_committed_while_a_reader_walks_an_older_snapshot(
@@ -395,7 +393,7 @@ def test_a_blob_committed_while_a_reader_walks_an_older_snapshot(
     _put(saver, 2, 1, "2")
     _write(saver, 2, "a")
     _put(saver, 3, 2, "3")
-    with saver.store.read() as r:
+    with saver.env.read() as r:
         ids = r.ids("t", "")
         assert ids is not None
         writer = threading.Thread(
@@ -473,11 +471,11 @@ def test_another_process_writing_between_reads(tmp_path: Path) -> None:
         assert [i for i in message_ids(after) if i != "elsewhere"] == message_ids(before)
         assert message_ids(after).count("elsewhere") == 1
         assert_all_same(saver, "t", seed=1)
-        hits = saver.store.memo.hits
+        hits = saver.env.memo.hits
         run_turns(graph, "t", range(10, 14))  # our next commit notices the other process
         assert "elsewhere" in message_ids(assert_same(saver, cfg("t")))
         assert_all_same(saver, "t", seed=2)
-        assert saver.store.memo.hits > hits
+        assert saver.env.memo.hits > hits
     finally:
         saver.close()
 
@@ -521,7 +519,7 @@ def test_concurrent_writers_and_readers(tmp_path: Path) -> None:
         rng = random.Random(8)
         while not done.is_set():
             thread_id = rng.choice(threads)
-            with saver.store.read() as r:
+            with saver.env.read() as r:
                 ids = r.ids(thread_id, "")
                 if ids is None:
                     continue
@@ -542,6 +540,6 @@ def test_concurrent_writers_and_readers(tmp_path: Path) -> None:
         assert not errors, errors
         for thread_id in threads:
             assert_all_same(saver, thread_id)
-        assert saver.store.memo.hits > 0
+        assert saver.env.memo.hits > 0
     finally:
         saver.close()

@@ -51,11 +51,11 @@ def stream(tmp_path_factory: pytest.TempPathFactory) -> Records:
 def snapshot(path: Path) -> dict[str, list[tuple[bytes, bytes]]]:
     """Every item of every database of the store (the unnamed main one too)."""
     with DeltaLogSaver.from_path(path) as saver:
-        env = saver.store.env
+        env = saver.env.env
         with env.begin() as txn:
             items = {"": [(bytes(k), bytes(v)) for k, v in txn.cursor()]}
             for name in DB_NAMES:
-                db = getattr(saver.store._dbs, name)
+                db = getattr(saver.env._dbs, name)
                 items[name] = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db)]
     return items
 

@@ -29,7 +29,7 @@ class Colour(enum.IntEnum):
 
 def blob_channels(saver: DeltaLogSaver) -> set[str]:
     """Names of the channels that have at least one blob in the store."""
-    with saver.store.read() as r:
+    with saver.env.read() as r:
         return {
             r.name_of(keys.KIND_CHANNEL, keys.decode_blob_key(k)[2])
             for k, _ in r.txn.cursor(db=r.dbs.blobs)
@@ -130,7 +130,7 @@ def test_prune_counts_a_held_value_as_a_seed(make_saver: Callable[..., DeltaLogS
         versions = saver.get_tuple(config).checkpoint["channel_versions"]  # type: ignore[union-attr]
         bumped = next_version(saver, versions["text"])
         config = put_child(saver, config, {}, {"text": bumped}, {"text": bumped})
-    with saver.store.read() as r:
+    with saver.env.read() as r:
         t, n = r.ids("t", "")  # type: ignore[misc]
         nodes, _, _ = r.group(t, n, frozenset({"text"}))
     assert nodes[checkpoint_id(first)].seeded == frozenset({"text"})

@@ -112,7 +112,7 @@ def test_a_flipped_bit_in_the_trained_dictionary_is_damage_not_different_data(
         graph = chat_graph(None).compile(checkpointer=saver)
         for turn in range(120):
             graph.invoke({"messages": [human(turn)]}, cfg("chat"))
-        assert saver.store.codec.active_dictionary == 1
+        assert saver.env.codec.active_dictionary == 1
     (key, raw), *_ = [(k, v) for k, v in _rows(pristine, "meta") if k == b"dict:1"]
     assert raw[0] & KEYED
     assert any(v[0] & ~KEYED == TAG_DICT for _, v in _rows(pristine, "checkpoints"))

@@ -145,7 +145,7 @@ def test_prune_keep_latest_keeps_exact_state(
     if with_reducers:
         assert report.seeds == 1 and report.hidden == 0
         # The chain is gone: only the kept checkpoint (with its seed) remains.
-        assert saver.store.stats()["checkpoints"]["entries"] == 1
+        assert saver.env.stats()["checkpoints"]["entries"] == 1
     run_chat(saver, "t", 3, sf, start=14)
     reference = run_chat(InMemorySaver(), "ref", 17, sf)
     assert (
@@ -160,7 +160,7 @@ def test_prune_without_delta_channels_keeps_one(make_saver: Callable[..., DeltaL
     graph = run_chat(saver, "t", 5, None)
     before = observe(graph.get_state(cfg("t")))
     saver.prune(["t"])
-    assert saver.store.stats()["checkpoints"]["entries"] == 1
+    assert saver.env.stats()["checkpoints"]["entries"] == 1
     assert observe(graph.get_state(cfg("t")))["values"] == before["values"]
     assert saver.verify().ok
 
@@ -170,11 +170,11 @@ def test_prune_dry_run_writes_nothing(make_saver: Callable[..., DeltaLogSaver]) 
     saver = make_saver()
     graph = run_chat(saver, "t", 8, 3)
     before = history(graph, cfg("t"))
-    entries = saver.store.stats()
+    entries = saver.env.stats()
     report = saver.prune(["t"], dry_run=True)
     assert report.dry_run and report.checkpoints > 0 and report.bytes > 0
     assert history(graph, cfg("t")) == before
-    assert saver.store.stats()["checkpoints"] == entries["checkpoints"]
+    assert saver.env.stats()["checkpoints"] == entries["checkpoints"]
     real = saver.prune(["t"])
     assert (real.checkpoints, real.writes, real.blobs, real.bytes) == (
         report.checkpoints,
@@ -313,7 +313,7 @@ def test_delete_for_runs_rejects_bare_string(make_saver: Callable[..., DeltaLogS
 
 
 def _raw_env(saver: DeltaLogSaver) -> tuple[Any, Any]:
-    return saver.store.env, saver.store.db
+    return saver.env.env, saver.env.db
 
 
 def test_verify_finds_deleted_parent(make_saver: Callable[..., DeltaLogSaver]) -> None:
@@ -321,7 +321,7 @@ def test_verify_finds_deleted_parent(make_saver: Callable[..., DeltaLogSaver]) -
     saver = make_saver()
     run_chat(saver, "t", 3, 3)
     assert saver.verify().ok
-    keys = [k for k, _ in saver.store.iter_db("checkpoints")]
+    keys = [k for k, _ in saver.env.iter_db("checkpoints")]
     env, db = _raw_env(saver)
     with env.begin(write=True) as txn:
         txn.delete(keys[2], db=db("checkpoints"))
@@ -336,12 +336,12 @@ def test_verify_finds_dropped_seed(make_saver: Callable[..., DeltaLogSaver]) -> 
     snapshots = [t for t in saver.list(cfg("t")) if "messages" in t.checkpoint["channel_values"]]
     assert snapshots, "sf=3 must have written a seed"
     env, db = _raw_env(saver)
-    blob_keys = [k for k, _ in saver.store.iter_db("blobs")]
+    blob_keys = [k for k, _ in saver.env.iter_db("blobs")]
     # Drop every messages blob and the root: walks now hit a missing ancestor.
     with env.begin(write=True) as txn:
         for key in blob_keys:
             txn.delete(key, db=db("blobs"))
-        first = next(iter(saver.store.iter_db("checkpoints")))[0]
+        first = next(iter(saver.env.iter_db("checkpoints")))[0]
         txn.delete(first, db=db("checkpoints"))
     report = saver.verify()
     assert not report.ok
@@ -353,7 +353,7 @@ def test_verify_finds_corrupted_record(make_saver: Callable[..., DeltaLogSaver])
     """verify reports an undecodable record after bytes are flipped in a value."""
     saver = make_saver()
     run_chat(saver, "t", 2, 3)
-    key, value = next(iter(saver.store.iter_db("writes")))
+    key, value = next(iter(saver.env.iter_db("writes")))
     env, db = _raw_env(saver)
     with env.begin(write=True) as txn:
         txn.put(key, value[:8] + bytes([0x7F]) + b"\xff" * 7, db=db("writes"))

@@ -68,7 +68,7 @@ def test_format_4_store_reads_then_upgrades(tmp_path: Path) -> None:
     _make_format_4(path)
     assert _counts(path) == {}
     before = _digest(path)
-    with DeltaLogStore(Environment(path, readonly=True), owns_store=True) as ro:
+    with DeltaLogStore(Environment(path, readonly=True), owns_env=True) as ro:
         assert ro.list_namespaces() == EXPECTED
         assert ro.verify() == []
     assert _digest(path) == before
@@ -118,6 +118,6 @@ def test_verify_reports_a_wrong_count(tmp_path: Path) -> None:
         _fill(store)
         key = keys.item_count_key(1)
         bad = encode_counts(1, 99, 0)
-        store.env.write(lambda w: w.txn.put(key, bad, db=w.store.db("item_ns")))
+        store.env.write(lambda w: w.txn.put(key, bad, db=w.env.db("item_ns")))
         problems = store.verify()
         assert len(problems) == 1 and "namespace id 1 say 99 items" in problems[0]

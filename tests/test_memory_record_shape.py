@@ -65,7 +65,7 @@ def test_format_4_records_still_read(tmp_path: Path) -> None:
             old = store.env.codec.encode([key, {"old": True}, 5, 6, ttl, expires])
 
             def raw_put(w: WriteTxn, k: bytes = ikey, o: bytes = old) -> None:
-                w.txn.put(k, o, db=w.store.db("items"))
+                w.txn.put(k, o, db=w.env.db("items"))
 
             store.env.write(raw_put)
         got = store.get(("a",), "k")

@@ -177,13 +177,13 @@ def test_persists_and_shares_environment(tmp_path: Path) -> None:
     path = tmp_path / "both"
     with DeltaLogSaver.from_path(path) as saver:
         mem = saver.memory_store()
-        assert mem.env is saver.store
+        assert mem.env is saver.env
         other = DeltaLogStore.from_path(path)
-        assert other.env is saver.store
+        assert other.env is saver.env
         mem.put(("u",), "k", {"v": 1})
         other.close()
         mem.close()
-        assert not saver.store.closed  # the saver still uses it
+        assert not saver.env.closed  # the saver still uses it
     with DeltaLogStore.from_path(path) as again:
         item = again.get(("u",), "k")
         assert item is not None and item.value == {"v": 1}

@@ -41,7 +41,7 @@ def test_damaged_item_record_found(store: DeltaLogStore) -> None:
     """A flipped byte in an item record is reported with its key."""
     key, value = _raw(store, "items")[3]
     bad = value[:5] + bytes([value[5] ^ 0x40]) + value[6:]
-    store.env.write(lambda w: w.txn.put(key, bad, db=w.store.db("items")))
+    store.env.write(lambda w: w.txn.put(key, bad, db=w.env.db("items")))
     problems = store.verify()
     assert len(problems) == 1 and key.hex() in problems[0]
 
@@ -49,9 +49,9 @@ def test_damaged_item_record_found(store: DeltaLogStore) -> None:
 def test_broken_ttl_index_found(store: DeltaLogStore) -> None:
     """A lost TTL entry and a stray one are both reported."""
     key, _ = _raw(store, "item_ttl")[0]
-    store.env.write(lambda w: w.txn.delete(key, db=w.store.db("item_ttl")))
+    store.env.write(lambda w: w.txn.delete(key, db=w.env.db("item_ttl")))
     stray = b"\x00" * 8 + b"\x01\x09\x00zz\x00\x00"
-    store.env.write(lambda w: w.txn.put(stray, b"", db=w.store.db("item_ttl")))
+    store.env.write(lambda w: w.txn.put(stray, b"", db=w.env.db("item_ttl")))
     problems = store.verify()
     assert any("lacks" in p and key.hex() in p for p in problems)
     assert any(stray.hex() in p for p in problems)
@@ -61,7 +61,7 @@ def test_orphan_vector_found(store: DeltaLogStore) -> None:
     """A vector whose item is gone is reported."""
     key, value = _raw(store, "item_vectors")[0]
     orphan = key[:-4] + b"zz" + key[-2:]
-    store.env.write(lambda w: w.txn.put(orphan, value, db=w.store.db("item_vectors")))
+    store.env.write(lambda w: w.txn.put(orphan, value, db=w.env.db("item_vectors")))
     problems = store.verify()
     assert any(orphan.hex() in p and "no item" in p for p in problems)
 
@@ -82,7 +82,7 @@ def test_saver_verify_and_cli_report_memory_problems(store: DeltaLogStore, tmp_p
     assert cli_verify().returncode == 0
     key, value = _raw(store, "items")[3]
     bad = value[:5] + bytes([value[5] ^ 0x40]) + value[6:]
-    store.env.write(lambda w: w.txn.put(key, bad, db=w.store.db("items")))
+    store.env.write(lambda w: w.txn.put(key, bad, db=w.env.db("items")))
     report = saver.verify()
     assert not report.ok
     found = [p for p in report.problems if p.kind == "memory_record"]

@@ -110,7 +110,7 @@ def test_older_store_reads_unchanged_read_only_then_upgrades(old: int, tmp_path:
     assert all(len(v) == 8 for k, v in legacy if k[1] == 0)  # no CRC yet
 
     with DeltaLogSaver.from_path(path) as saver:
-        with saver.store.read() as r:
+        with saver.env.read() as r:
             assert r.meta("format_version") == keys.FORMAT_VERSION
         upgraded = _states(saver)
         report = saver.verify(deep=True)
@@ -153,7 +153,7 @@ def test_format_5_frames_every_record_over_its_key_and_a_damaged_one_does_not_bl
         txn.put(victim_key, damaged, db=blobs)
     env.close()
     with DeltaLogSaver.from_path(path) as saver:
-        with saver.store.read() as r:
+        with saver.env.read() as r:
             assert r.meta("format_version") == keys.FORMAT_VERSION == 5
         report = saver.verify(deep=True)
     assert not report.ok and any(victim_key.hex() in p.detail for p in report.problems)

@@ -178,7 +178,7 @@ def test_name_caches_stay_bounded(tmp_path: Path) -> None:
     """Issue 15.11: after reads and writes of more distinct threads than the cache holds,
     both name maps hold at most their bound, and every thread still reads its own data."""
     with DeltaLogSaver.from_path(tmp_path / "store") as saver:
-        store = saver.store
+        store = saver.env
         store._name_ids = NameCache(64)
         store._names = NameCache(64)
         thread_ids = [f"t-{i}" for i in range(300)]

@@ -15,12 +15,12 @@ def test_same_path_twice_shares_one_environment(tmp_path: Path) -> None:
     """Two savers on one path in one process share the store; closing one keeps the other working."""
     first = DeltaLogSaver.from_path(tmp_path / "s")
     second = DeltaLogSaver.from_path(tmp_path / "s")
-    assert first.store is second.store
+    assert first.env is second.env
     config = first.put({"configurable": {"thread_id": "t"}}, empty_checkpoint(), {}, {})
     first.close()
     assert second.get_tuple(config) is not None
     second.close()
-    assert second.store.closed
+    assert second.env.closed
 
 
 def test_same_path_with_other_options_is_refused(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from tests.graphs import cfg, chat_graph, human
 
 def dump(saver: DeltaLogSaver) -> dict[str, list[tuple[bytes, bytes]]]:
     """Every key and value of every database of the store."""
-    return {db: list(saver.store.iter_db(db)) for db in DB_NAMES}
+    return {db: list(saver.env.iter_db(db)) for db in DB_NAMES}
 
 
 def chat(saver: DeltaLogSaver, turns: int, sf: int = 100) -> CompiledStateGraph[Any, Any, Any]:
@@ -36,16 +36,16 @@ def ids_oldest_first(saver: DeltaLogSaver) -> list[str]:
 
 def set_parent(saver: DeltaLogSaver, cid: str, parent: str) -> None:
     """Rewrite one checkpoint record's parent through the raw write path (as damage would)."""
-    with saver.store.read() as r:
+    with saver.env.read() as r:
         ids = r.ids("t", "")
     assert ids is not None
     t, n = ids
     key = keys.checkpoint_key(t, n, keys.encode_id(cid))
-    (raw,) = [v for k, v in saver.store.iter_db("checkpoints") if k == key]
-    rec = saver.store.codec.decode(raw, "test", key=key)
+    (raw,) = [v for k, v in saver.env.iter_db("checkpoints") if k == key]
+    rec = saver.env.codec.decode(raw, "test", key=key)
     rec[0] = keys.encode_id(parent)
-    handle = saver.store.db("checkpoints")
-    saver.store.write(lambda w: w.put_raw(handle, key, saver.store.codec.encode(rec, key=key)))
+    handle = saver.env.db("checkpoints")
+    saver.env.write(lambda w: w.put_raw(handle, key, saver.env.codec.encode(rec, key=key)))
 
 
 # -- refused on write ----------------------------------------------------------------------------

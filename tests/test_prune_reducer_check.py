@@ -27,7 +27,7 @@ CLI = [sys.executable, "-m", "deltalog.engine"]
 
 def dump(saver: DeltaLogSaver) -> dict[str, list[tuple[bytes, bytes]]]:
     """Every key and value of every database of the store."""
-    return {db: list(saver.store.iter_db(db)) for db in DB_NAMES}
+    return {db: list(saver.env.iter_db(db)) for db in DB_NAMES}
 
 
 def wrong_graph() -> CompiledStateGraph[Any, Any, Any]:

@@ -95,7 +95,7 @@ def test_default_serde_is_jsonplus_without_pickle(make_saver: Callable[..., Delt
 def test_pickled_record_never_runs(make_saver: Callable[..., DeltaLogSaver]) -> None:
     """A record written as a pickle (by a hostile writer) is refused on read; its code never runs."""
     victim = make_saver()
-    attacker = DeltaLogSaver(victim.store, serde=PickleEverything(), owns_store=False)
+    attacker = DeltaLogSaver(victim.env, serde=PickleEverything(), owns_env=False)
     config = put_values(attacker, "t", {"messages": Payload()})
     CALLS.clear()
     with pytest.raises(NotImplementedError, match="pickle"):
@@ -108,7 +108,7 @@ def test_strict_allowlist_is_honoured(make_saver: Callable[..., DeltaLogSaver]) 
     writer = make_saver()
     config = put_values(writer, "t", {"a": Canary("crafted"), "b": Allowed("listed")})
     strict = DeltaLogSaver(
-        writer.store, serde=JsonPlusSerializer(allowed_msgpack_modules=None), owns_store=False
+        writer.env, serde=JsonPlusSerializer(allowed_msgpack_modules=None), owns_env=False
     )
     CALLS.clear()
     found = strict.get_tuple(config)
@@ -149,8 +149,8 @@ from tests.graphs import cfg, chat_graph, human
 out = {}
 with DeltaLogSaver.from_path(sys.argv[1]) as saver:
     out["strict_default"] = saver.serde._allowed_msgpack_modules is None
-    writer = DeltaLogSaver(saver.store, serde=JsonPlusSerializer(allowed_msgpack_modules=True),
-                           owns_store=False)
+    writer = DeltaLogSaver(saver.env, serde=JsonPlusSerializer(allowed_msgpack_modules=True),
+                           owns_env=False)
     config = put_values(writer, "crafted", {"a": ts.Canary("crafted")})
     ts.CALLS.clear()
     out["crafted"] = saver.get_tuple(config).checkpoint["channel_values"]["a"]
@@ -229,7 +229,7 @@ def test_encrypted_values_are_authenticated(
     serde = EncryptedSerializer.from_pycryptodome_aes()
     with DeltaLogSaver.from_path(tmp_path / "s", serde=serde) as saver:
         config = put_values(saver, "t", {"secret": SECRET if held else [SECRET]})
-        store = saver.store
+        store = saver.env
         db = "checkpoints" if held else "blobs"
         (key, raw), *_ = list(store.iter_db(db))
         rec = store.codec.decode(raw, db, key=key)
@@ -256,7 +256,7 @@ def test_encrypted_saver_still_loads_plaintext_records(
         tmp_path / "s", serde=EncryptedSerializer.from_pycryptodome_aes()
     )
     try:
-        attacker = DeltaLogSaver(permissive.store, serde=JsonPlusSerializer(), owns_store=False)
+        attacker = DeltaLogSaver(permissive.env, serde=JsonPlusSerializer(), owns_env=False)
         config = put_values(attacker, "t", {"a": Canary("crafted")})
         CALLS.clear()
         found = permissive.get_tuple(config)
@@ -265,7 +265,7 @@ def test_encrypted_saver_still_loads_plaintext_records(
             serde=JsonPlusSerializer(allowed_msgpack_modules=None)
         )
         CALLS.clear()
-        strict = DeltaLogSaver(permissive.store, serde=strict_inner, owns_store=False)
+        strict = DeltaLogSaver(permissive.env, serde=strict_inner, owns_env=False)
         found = strict.get_tuple(config)
         assert found is not None and found.checkpoint["channel_values"]["a"] == {"note": "crafted"}
         assert CALLS == []

@@ -111,6 +111,6 @@ def test_signals_on_the_main_thread_fail_no_other_threads_put(
             for t in saver.list({"configurable": {"thread_id": "main", "checkpoint_ns": ""}})
         }
         assert set(committed_interrupted) <= main
-        store = saver.store
+        store = saver.env
         assert store.commits.idle()
         assert saver.verify().ok

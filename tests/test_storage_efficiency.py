@@ -32,10 +32,10 @@ def chain_length(saver: DeltaLogSaver, key: bytes, raw: bytes) -> int:
     from deltalog.engine import keys
 
     links = 0
-    with saver.store.read() as r:
-        while (info := saver.store.codec.delta_info(raw, "test", key=key)) is not None:
+    with saver.env.read() as r:
+        while (info := saver.env.codec.delta_info(raw, "test", key=key)) is not None:
             key = keys.blob_base_key(key, info[0])
-            raw = r.txn.get(key, db=saver.store.db("blobs"))
+            raw = r.txn.get(key, db=saver.env.db("blobs"))
             links += 1
     return links
 
@@ -45,8 +45,8 @@ def test_growing_values_are_stored_as_skip_deltas(make_saver: Callable[..., Delt
     saver = make_saver()
     run(saver, 40, None)
     large: list[tuple[bytes, bytes]] = []
-    with saver.store.read() as r:
-        for key, raw in saver.store.iter_db("blobs"):
+    with saver.env.read() as r:
+        for key, raw in saver.env.iter_db("blobs"):
             if len(r.blob_typed(key, raw)[1]) >= DELTA_MIN:
                 large.append((key, raw))
     deltas = [raw for _, raw in large if raw[0] & ~KEYED == TAG_DELTA]
@@ -84,12 +84,12 @@ def test_delta_blobs_shrink_storage_and_keep_states(
     graph = run(with_deltas, 25, None)
     from deltalog.engine.env import Environment
 
-    plain_store = Environment(with_deltas.store.path + "-plain", delta_blobs=False)
+    plain_store = Environment(with_deltas.env.path + "-plain", delta_blobs=False)
     plain = DeltaLogSaver(plain_store)
     try:
         plain_graph = run(plain, 25, None)
         assert history(graph, cfg("t")) == history(plain_graph, cfg("t"))
-        stored = [sum(len(v) for _, v in x.store.iter_db("blobs")) for x in (with_deltas, plain)]
+        stored = [sum(len(v) for _, v in x.env.iter_db("blobs")) for x in (with_deltas, plain)]
         assert stored[0] * 2 < stored[1], stored
     finally:
         plain.close()
@@ -102,7 +102,7 @@ def test_cold_reads_resolve_every_chain(make_saver: Callable[..., DeltaLogSaver]
     saver = make_saver()
     graph = run(saver, 30, None)
     before = history(graph, cfg("t"))
-    path = saver.store.path
+    path = saver.env.path
     saver.close()
     with DeltaLogSaver.from_path(path) as fresh:
         assert history(chat_graph(None).compile(checkpointer=fresh), cfg("t")) == before
@@ -119,7 +119,7 @@ def test_prune_rebases_deltas_whose_base_goes(
     latest = observe(graph.get_state(cfg("t")))
     saver.prune(["t"], reducers=graph if sf else None)
     assert saver.verify().ok
-    path = saver.store.path
+    path = saver.env.path
     saver.close()
     with DeltaLogSaver.from_path(path) as fresh:
         fresh_graph = chat_graph(sf).compile(checkpointer=fresh)
@@ -201,14 +201,14 @@ def test_record_dictionary_is_trained_stored_and_shared(
 
     saver = make_saver()
     graph = run(saver, 120, 100)
-    assert saver.store.codec.active_dictionary == 1
-    with saver.store.read() as r:
+    assert saver.env.codec.active_dictionary == 1
+    with saver.env.read() as r:
         assert [i for i, _ in r.dictionaries()] == [1]
-    tags = [raw[0] & ~KEYED for _, raw in saver.store.iter_db("checkpoints")]
+    tags = [raw[0] & ~KEYED for _, raw in saver.env.iter_db("checkpoints")]
     assert tags.count(TAG_DICT) > len(tags) // 4
     before = history(graph, cfg("t"))
     # A second saver on the same path (as another process would) decodes dictionary records.
-    other = DeltaLogSaver.from_path(saver.store.path)
+    other = DeltaLogSaver.from_path(saver.env.path)
     try:
         assert history(chat_graph(100).compile(checkpointer=other), cfg("t")) == before
         assert other.verify(deep=True).ok
@@ -224,7 +224,7 @@ with DeltaLogSaver.from_path(sys.argv[1]) as saver:
     graph = chat_graph(100).compile(checkpointer=saver)
     for turn in range(120):
         graph.invoke({"messages": [human(turn)]}, cfg("t"))
-    assert saver.store.codec.active_dictionary == 1
+    assert saver.env.codec.active_dictionary == 1
 """
 
 
@@ -236,17 +236,17 @@ def test_a_reader_open_before_another_process_trained_the_dictionary_reads_its_r
     path = tmp_path / "s"
     reader = DeltaLogSaver.from_path(path)
     try:
-        assert reader.store.codec.dictionaries == {}
+        assert reader.env.codec.dictionaries == {}
         root = Path(__file__).resolve().parent.parent
         subprocess.run([sys.executable, "-c", _TRAINER, str(path)], cwd=root, check=True)
-        tags = [raw[0] & ~KEYED for _, raw in reader.store.iter_db("checkpoints")]
+        tags = [raw[0] & ~KEYED for _, raw in reader.env.iter_db("checkpoints")]
         from deltalog.engine.codec import TAG_DICT
 
         assert tags.count(TAG_DICT) > len(tags) // 4
         graph = chat_graph(100).compile(checkpointer=reader)
         messages = graph.get_state(cfg("t")).values["messages"]
         assert [m.content for m in messages][::2] == [human(t).content for t in range(120)]
-        assert reader.store.codec.dictionaries.keys() == {1}
+        assert reader.env.codec.dictionaries.keys() == {1}
         assert reader.verify(deep=True).ok
     finally:
         reader.close()
@@ -256,5 +256,5 @@ def test_no_dictionary_without_compression(make_saver: Callable[..., DeltaLogSav
     """compress_threshold=None stores plain records: no dictionary is trained."""
     saver = make_saver(compress_threshold=None)
     run(saver, 120, 100)
-    assert saver.store.codec.active_dictionary is None
-    assert {raw[0] for _, raw in saver.store.iter_db("checkpoints")} == {KEYED}
+    assert saver.env.codec.active_dictionary is None
+    assert {raw[0] for _, raw in saver.env.iter_db("checkpoints")} == {KEYED}

@@ -127,7 +127,7 @@ def test_damaged_btree_page_is_reported_by_verify(tmp_path: Path) -> None:
         for i in range(120):
             parent = put_values(saver, f"thread-{i:03d}", {"pad": "x"})
             put_values(saver, f"thread-{i:03d}", {"pad": "y"}, parent=parent)
-        with saver.store.read() as r:
+        with saver.env.read() as r:
             names = {
                 r.name_id(keys.KIND_THREAD, f"thread-{i:03d}"): f"thread-{i:03d}" for i in range(60)
             }

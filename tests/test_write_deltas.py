@@ -32,8 +32,8 @@ def run_chat(saver: Any, turns: int, sf: int | None, thread_id: str = "t") -> An
 def ranged_blobs(saver: DeltaLogSaver) -> list[tuple[bytes, bytes, tuple[bytes, bytes]]]:
     """(key, record, (lo, hi)) of every blob whose dictionary holds writes."""
     out = []
-    for key, raw in saver.store.iter_db("blobs"):
-        span = saver.store.codec.delta_range(raw, "test", key=key)
+    for key, raw in saver.env.iter_db("blobs"):
+        span = saver.env.codec.delta_range(raw, "test", key=key)
         if span is not None:
             out.append((key, raw, span))
     return out
@@ -47,9 +47,9 @@ def verified(saver: DeltaLogSaver) -> bool:
 
 def payloads(saver: DeltaLogSaver) -> dict[bytes, tuple[str, bytes]]:
     """Every blob's decoded (type, payload), by key, decoded afresh."""
-    saver.store.payloads = type(saver.store.payloads)()
-    with saver.store.read() as r:
-        return {key: r.blob_typed(key, raw) for key, raw in saver.store.iter_db("blobs")}
+    saver.env.payloads = type(saver.env.payloads)()
+    with saver.env.read() as r:
+        return {key: r.blob_typed(key, raw) for key, raw in saver.env.iter_db("blobs")}
 
 
 def writes_under(saver: DeltaLogSaver, thread_id: str) -> list[str]:
@@ -73,7 +73,7 @@ def test_snapshots_cost_about_their_structure_not_their_messages(
     assert history(graph, cfg("t")) == history(memory_graph, cfg("t"))
     ranged = ranged_blobs(saver)
     assert len(ranged) >= 10  # 120 updates at snapshot_frequency 10
-    with saver.store.read() as r:
+    with saver.env.read() as r:
         for key, raw, _ in ranged:
             size = len(r.blob_typed(key, raw)[1])
             assert size >= DELTA_MIN
@@ -90,12 +90,12 @@ def test_bytes_without_write_dictionaries_are_several_times_larger(
     run_chat(saver, 60, 10)
     ranged = ranged_blobs(saver)
     before = sum(len(raw) for _, raw, _ in ranged)
-    with saver.store.read() as r:
+    with saver.env.read() as r:
         (thread,) = r.threads()
         (ns,) = r.namespaces(thread)
-    rewritten = saver.store.write(lambda w: w.rebase_blobs(thread, ns, hit=lambda lo, hi: True))
+    rewritten = saver.env.write(lambda w: w.rebase_blobs(thread, ns, hit=lambda lo, hi: True))
     assert rewritten == len(ranged) >= 10 and ranged_blobs(saver) == []
-    blobs = dict(saver.store.iter_db("blobs"))
+    blobs = dict(saver.env.iter_db("blobs"))
     after = sum(len(blobs[key]) for key, _, _ in ranged)
     assert after > 3 * before, (after, before)
     assert verified(saver)
@@ -140,7 +140,7 @@ def test_rewriting_an_existing_write_changes_nothing(
     _, _, (lo, hi) = ranged[len(ranged) // 2]
     key = next(
         k
-        for k, _ in saver.store.iter_db("writes")
+        for k, _ in saver.env.iter_db("writes")
         if lo <= keys.write_checkpoint_key(k)[len(keys.ns_prefix(*keys.split_ids(k, 2)[0])) :] <= hi
     )
     _, _, cid, task_path, task_id, _ = keys.decode_write_key(key)
@@ -179,7 +179,7 @@ def test_copy_thread_carries_the_marks_so_forks_in_the_copy_are_guarded(
     graph = run_chat(saver, 30, 4)
     saver.copy_thread("t", "copy")
     source_ranges = ranged_blobs(saver)
-    with saver.store.read() as r:
+    with saver.env.read() as r:
         src, dst = r.name_id(keys.KIND_THREAD, "t"), r.name_id(keys.KIND_THREAD, "copy")
     assert src is not None and dst is not None
     copied = [(k, s) for k, _, s in source_ranges if k.startswith(keys.thread_prefix(dst))]
@@ -207,7 +207,7 @@ def test_delete_thread_removes_its_marks(make_saver: Callable[..., DeltaLogSaver
     run_chat(saver, 20, 4, "b")
 
     def marks() -> list[bytes]:
-        return [k for k, _ in saver.store.iter_db("meta", keys.WDEP)]
+        return [k for k, _ in saver.env.iter_db("meta", keys.WDEP)]
 
     assert len(marks()) == 2
     saver.delete_thread("a")
@@ -224,22 +224,22 @@ def test_a_write_changed_behind_the_stores_back_is_reported(
     saver = make_saver()
     run_chat(saver, 30, 4)
     key, _, (lo, hi) = ranged_blobs(saver)[-1]
-    with saver.store.read() as r:
+    with saver.env.read() as r:
         channel = r.name_id(keys.KIND_CHANNEL, "messages")
     assert channel is not None
     (thread, ns), _ = keys.split_ids(key, 2)
     prefix = keys.ns_prefix(thread, ns)
     victim = next(
         k
-        for k, v in saver.store.iter_db("writes", prefix)
+        for k, v in saver.env.iter_db("writes", prefix)
         if lo <= keys.write_checkpoint_key(k)[len(prefix) :] <= hi
         and keys.write_idx(k) >= 0
         and v.startswith(keys.uid(channel))
     )
-    saver.store.write(lambda w: w.txn.delete(victim, db=saver.store.db("writes")))
-    saver.store.payloads = type(saver.store.payloads)()  # decode from the records
-    with saver.store.read() as r, pytest.raises(CorruptRecordError, match="changed since"):
-        r.blob_typed(key, r.txn.get(key, db=saver.store.db("blobs")))
+    saver.env.write(lambda w: w.txn.delete(victim, db=saver.env.db("writes")))
+    saver.env.payloads = type(saver.env.payloads)()  # decode from the records
+    with saver.env.read() as r, pytest.raises(CorruptRecordError, match="changed since"):
+        r.blob_typed(key, r.txn.get(key, db=saver.env.db("blobs")))
     report = saver.verify()
     assert not report.ok
     assert any("changed since" in p.detail for p in report.problems)
@@ -261,7 +261,7 @@ def test_a_fork_write_rebases_only_the_blobs_of_its_channel(
         if config is not None:
             saver.put_writes(config, [("a", [a[-1]]), ("b", [b[-1]])], task_id=f"task-{step}")
         config = put_values(saver, "t", {"a": list(a), "b": list(b)}, parent=config)
-    with saver.store.read() as r:
+    with saver.env.read() as r:
         ids = {r.name_id(keys.KIND_CHANNEL, name): name for name in ("a", "b")}
     before = {k: (raw, span) for k, raw, span in ranged_blobs(saver)}
     by_channel = {
