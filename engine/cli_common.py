@@ -47,7 +47,7 @@ from ulid import ULID
 if TYPE_CHECKING:
     # Imported where used: `deltalog --help`, `threads` and `stats` never load
     # LangGraph or LangChain (issue 19, fast start).
-    from deltalog.engine.env import Environment
+    from deltalog.engine.access import Environment
     from deltalog.engine.saver import DeltaLogSaver
     from langgraph.checkpoint.serde.base import SerializerProtocol
     from langgraph.pregel import Pregel
@@ -328,20 +328,12 @@ def open_saver(
     Values are read with ``serde``, by default
     :func:`~deltalog.engine.cli_serde.cli_serde` (strict, unless ``--trusted``).
     """
+    from deltalog.engine import access
     from deltalog.engine.cli_serde import cli_serde
-    from deltalog.engine.env import Environment
-    from deltalog.engine.env_files import check_data_file
-    from deltalog.engine.saver import DeltaLogSaver
 
     serde = serde if serde is not None else cli_serde()
     try:
-        if not readonly and not create:
-            check_data_file(os.fspath(path), required=True)
-        saver = (
-            DeltaLogSaver(Environment(path, readonly=True), serde=serde)
-            if readonly
-            else DeltaLogSaver.from_path(path, serde=serde)
-        )
+        saver = access.open_saver(path, readonly=readonly, create=create, serde=serde)
     except NotAStoreError as exc:
         raise NotAStoreCliError(one_line(exc)) from exc
     try:
@@ -364,10 +356,10 @@ def open_store(path: Path | str) -> Iterator[Environment]:
     ``stats``, ``readers``). A folder that holds no deltalog store is refused
     as :func:`open_saver` refuses it (exit status 2, nothing touched).
     """
-    from deltalog.engine.env import Environment
+    from deltalog.engine.access import open_environment
 
     try:
-        store = Environment(path, readonly=True)
+        store = open_environment(path)
     except NotAStoreError as exc:
         raise NotAStoreCliError(one_line(exc)) from exc
     try:
@@ -500,7 +492,7 @@ class OwnerOnlyFile(click.File):
 
 
 class _OwnerOnlyOutput:
-    """A text file opened (see :func:`~deltalog.engine.env_files.open_owner_only`) on first use."""
+    """A text file opened (see :func:`~deltalog.engine.access.open_owner_only`) on first use."""
 
     def __init__(self, path: str, encoding: str) -> None:
         self.name = path
@@ -509,7 +501,7 @@ class _OwnerOnlyOutput:
 
     def _open(self) -> IO[str]:
         if self._file is None:
-            from deltalog.engine.env_files import open_owner_only
+            from deltalog.engine.access import open_owner_only
 
             self._file = os.fdopen(open_owner_only(self.name), "w", encoding=self.encoding)
         return self._file

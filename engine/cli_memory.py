@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+from deltalog.engine.access import Environment, open_environment
 from deltalog.engine.cli_common import CONTEXT_SETTINGS, Output, json_option, store_path
-from deltalog.engine.env import Environment
 from deltalog.engine.errors import DeltaLogError, ItemValueError
 from deltalog.engine.memory import DeltaLogStore
 from langgraph.store.base import Item
@@ -42,7 +42,7 @@ def _open(path: Path, *, readonly: bool) -> Iterator[DeltaLogStore]:
     if readonly:
         env: Environment | None = None
         with contextlib.suppress(DeltaLogError):
-            env = Environment(path, readonly=True)
+            env = open_environment(path)
         if env is not None:
             try:
                 yield DeltaLogStore(env)

@@ -43,7 +43,6 @@ from deltalog.engine import keys
 from deltalog.engine.codec import decode_dictionary, encode_dictionary, rekey
 from deltalog.engine.envelope import split_write_value
 from deltalog.engine.errors import CorruptRecordError
-from deltalog.engine.memory_core import encode_counts, ns_of
 from deltalog.engine.names import (
     decode_name_id,
     decode_name_rev,
@@ -136,6 +135,10 @@ def count_items(txn: Any, dbs: NameDbs) -> None:
     """
     if dbs.item_ns is None:
         return
+    # Here, not at the top: memory_core imports LangGraph's store types, which
+    # the CLI's fast commands must not load (issue 19, fast start).
+    from deltalog.engine.memory_core import encode_counts, ns_of
+
     items: dict[int, int] = {}
     with_ttl: dict[int, int] = {}
     for key in txn.cursor(db=dbs.items).iternext(values=False):
