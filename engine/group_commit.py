@@ -13,6 +13,7 @@ import importlib
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -114,6 +115,9 @@ def signals_deferred() -> Iterator[None]:
             saved[signum](signum, sys._getframe())
 
 
+# How often an interrupted caller whose op is in a running batch looks whether
+# the batch is done (see GroupCommit.write).
+_DONE_POLL: Final = 0.0005
 #: Batch sizes :meth:`GroupCommit.stats` remembers.
 RECENT_BATCHES: Final = 64
 
@@ -259,7 +263,11 @@ class GroupCommit:
                         self._lead(req)
             except BaseException as exc:  # e.g. KeyboardInterrupt while waiting
                 with signals_deferred():
-                    self._withdraw(req)
+                    if self._withdraw(req):
+                        # Its batch runs on: wait for it (one commit at most), so
+                        # the interrupt says truly whether this write is stored.
+                        while not req.done:
+                            time.sleep(_DONE_POLL)
                 if req.done and req.error is None and hasattr(exc, "add_note"):  # 3.11+
                     exc.add_note(
                         "deltalog: this write was committed before the interrupt was delivered"
@@ -429,19 +437,21 @@ class GroupCommit:
         elif spawn:
             self._spawn_leader()
 
-    def _withdraw(self, req: Request[Any]) -> None:
+    def _withdraw(self, req: Request[Any]) -> bool:
         """Take back the request of a thread caller interrupted before it was done.
 
         A request still queued is dropped (its op never runs); one already in
         a running batch runs anyway, and the callers to be woken after it are
         woken without it. If the caller had been made the leader but not
         started, the lead passes on, so the queue never stalls; with no one
-        left to lead, the batch it was to wake is woken here.
+        left to lead, the batch it was to wake is woken here. Returns True
+        when the request was in a batch (so it may be stored).
         """
         nxt: Request[Any] | None = None
         spawn = False
         after: Request[Any] | None = None
         unwoken: list[Request[Any]] = []
+        in_batch = False
         with self._queue_lock:
             if self._next is req:
                 self._queue.remove(req)
@@ -451,10 +461,11 @@ class GroupCommit:
             elif req in self._queue:
                 self._queue.remove(req)
             else:  # in a batch: skipped when its batch is woken, its chain handed on
-                req.gone = True
+                in_batch = req.gone = True
                 chain, req.chain = req.chain, []
                 after = self._chain(chain)
         if after is not None:
             self._finish(after)
         self._wake(unwoken)
         self._hand_on(nxt, spawn)
+        return in_batch

@@ -114,3 +114,64 @@ def test_signals_on_the_main_thread_fail_no_other_threads_put(
         store = saver.env
         assert store.commits.idle()
         assert saver.verify().ok
+
+
+@pytest.mark.timeout(120)
+def test_an_interrupted_caller_whose_write_is_in_another_leaders_batch_learns_it_was_stored(
+    tmp_path: Path,
+) -> None:
+    """issue 15.15: the main thread's write is in a batch another thread leads when a signal
+    interrupts its wait; the exception is raised only once that batch committed, and says
+    the write was committed (it is stored), instead of reading as a failed write."""
+    previous = signal.signal(signal.SIGUSR1, _raise_interrupted)
+    try:
+        with DeltaLogSaver.from_path(tmp_path / "s") as saver:
+            env = saver.env
+            meta = env.db("meta")
+            first_in, first_go = threading.Event(), threading.Event()
+            second_in, second_go = threading.Event(), threading.Event()
+
+            def hold(entered: threading.Event, go: threading.Event) -> Callable[[Any], None]:
+                def op(w: Any) -> None:
+                    entered.set()
+                    assert go.wait(30)
+
+                return op
+
+            def mine(w: Any) -> None:
+                w.put_raw(meta, b"test:mine", b"stored")
+
+            first = threading.Thread(target=env.write, args=(hold(first_in, first_go),))
+            first.start()
+            assert first_in.wait(30)  # the first leader runs its batch; the rest queue
+            second = threading.Thread(target=env.write, args=(hold(second_in, second_go),))
+            second.start()
+
+            def signal_then_release() -> None:
+                # Once the second caller and the main thread queue behind the first
+                # batch, let it commit: the second caller leads next, taking the main
+                # thread's op into its batch. Then interrupt the main thread, and let
+                # that batch commit a little later.
+                deadline = time.monotonic() + 30
+                while env.commits.state().queued < 2 and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                first_go.set()
+                assert second_in.wait(30)
+                os.kill(os.getpid(), signal.SIGUSR1)
+                time.sleep(0.2)
+                second_go.set()
+
+            helper = threading.Thread(target=signal_then_release)
+            helper.start()
+            with pytest.raises(_Interrupted) as raised:
+                env.write(mine)
+            helper.join(30)
+            first.join(30)
+            second.join(30)
+            notes = getattr(raised.value, "__notes__", [])
+            assert any("was committed" in note for note in notes), notes
+            with env.read() as r:
+                assert r.txn.get(b"test:mine", db=meta) == b"stored"
+            assert env.commits.idle()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
