@@ -37,6 +37,8 @@ LAYERS: dict[str, str] = {
     "deltalog.engine.shared": "services",
     "deltalog.engine.aio": "services",
     "deltalog.engine.memory": "services",
+    "deltalog.engine.memory_search": "services",
+    "deltalog.engine.memory_ttl": "services",
     "deltalog.engine.migrate": "services",
     "deltalog.engine.migrate_items": "services",
     "deltalog.engine.demo": "services",
