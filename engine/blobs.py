@@ -7,6 +7,7 @@ a delta may also take the channel's recent writes as its dictionary.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
@@ -21,6 +22,7 @@ from deltalog.engine.errors import (
     CorruptRecordError,
 )
 from deltalog.engine.store_rows import (
+    CheckpointRow,
     StoredValue,
     Typed,
     Version,
@@ -164,6 +166,38 @@ class BlobReads(TxnBase):
             return None
         payload: bytes = self.codec.decode(record, f"writes/{key.hex()}", prefix=found, key=key)[1]
         return payload
+
+    def checkpoint(
+        self,
+        t: int,
+        n: int,
+        checkpoint_id: str | None,
+        *,
+        with_values: bool = True,
+        with_writes: bool = True,
+    ) -> CheckpointRow | None:
+        """One checkpoint (the latest when ``checkpoint_id`` is None) with its blobs and writes."""
+        if checkpoint_id is None:
+            key = self.latest_key(t, n)
+            if key is None:
+                return None
+        else:
+            key = keys.checkpoint_key(t, n, keys.encode_id(checkpoint_id))
+        raw = self.txn.get(key, db=self.dbs.checkpoints)
+        if raw is None:
+            return None
+        try:
+            row = self._decode_checkpoint(t, n, key, raw)
+            if with_values:
+                row.values = self.values(t, n, key, row.channel_versions, row.inline)
+            if with_writes:
+                row.writes = self.writes(key)
+        except CorruptRecordError as exc:
+            cid = checkpoint_id or f"key {key.hex()}"
+            with contextlib.suppress(Exception):
+                cid = keys.decode_checkpoint_key(key)[2]
+            raise self._damaged(t, n, cid, exc) from exc
+        return row
 
 
 class BlobWrites(WriteBase, BlobReads):

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deltalog.channels import Reconstructor, messages, read_counters
-from deltalog.engine import keys
 from deltalog.engine.config import config_for
 from deltalog.engine.errors import AmbiguousCheckpointError, CheckpointNotFoundError
 from deltalog.engine.saver import DeltaLogSaver
@@ -255,8 +254,7 @@ def count_checkpoints(saver: DeltaLogSaver, thread_id: str, checkpoint_ns: str =
         ids = r.ids(thread_id, checkpoint_ns)
         if ids is None:
             return 0
-        prefix = keys.ns_prefix(*ids)
-        return sum(1 for _ in r.iter_checkpoint_keys(prefix, start=None, reverse=True))
+        return sum(1 for _ in r.checkpoint_ids(*ids))
 
 
 def collect_history(
@@ -296,10 +294,10 @@ def collect_history(
         if ids is None:
             return []
         t, n = ids
-        for key, _ in r.iter_checkpoint_keys(keys.ns_prefix(t, n), start=None, reverse=True):
+        for cid in r.checkpoint_ids(t, n):
             if limit is not None and len(entries) >= limit:
                 break
-            row = r.checkpoint(t, n, keys.decode_checkpoint_key(key)[2])
+            row = r.checkpoint(t, n, cid)
             if row is None or row.hidden:
                 continue
             entries[row.checkpoint_id] = _entry(saver, row)

@@ -16,6 +16,7 @@ from deltalog.engine.envelope import (
 from deltalog.engine.errors import CorruptRecordError
 from deltalog.engine.history import HistoryReads
 from deltalog.engine.store_rows import (
+    CheckpointRow,
     ThreadSummary,
     Version,
 )
@@ -26,6 +27,29 @@ if TYPE_CHECKING:
 
 class QueryReads(HistoryReads):
     """What inspection, maintenance and export read from a snapshot."""
+
+    def checkpoint_ids(self, t: int, n: int) -> Iterator[str]:
+        """The checkpoint ids of (thread, ns), newest first, hidden ones included (keys only)."""
+        for key, _ in self.iter_checkpoint_keys(keys.ns_prefix(t, n), start=None, reverse=True):
+            yield keys.decode_checkpoint_key(key)[2]
+
+    def checkpoints_below(
+        self, t: int, n: int, before_id: str | None, limit: int
+    ) -> tuple[list[CheckpointRow], str | None]:
+        """Up to ``limit`` checkpoints of (thread, ns) newest first, with their values and
+        writes, whose ids are below ``before_id`` (all when None); and the id of the last
+        one read, to go on from in another transaction (None when there was none)."""
+        start = None if before_id is None else keys.checkpoint_key(t, n, keys.encode_id(before_id))
+        rows: list[CheckpointRow] = []
+        last: str | None = None
+        for key, _ in self.iter_checkpoint_keys(keys.ns_prefix(t, n), start=start, reverse=True):
+            last = keys.decode_checkpoint_key(key)[2]
+            row = self.checkpoint(t, n, last)
+            if row is not None:
+                rows.append(row)
+            if len(rows) >= limit:
+                break
+        return rows, last
 
     def referenced_blob_keys(
         self, t: int, n: int, versions: Iterable[dict[str, Version]]

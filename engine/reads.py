@@ -58,21 +58,19 @@ def list_rows(
         ns = config["configurable"].get("checkpoint_ns")
         scope = (thread_id, ns)
     before_id = before_checkpoint_id(before)
-    before_key = keys.encode_id(before_id) if before_id is not None else None
+    if before_id is not None:
+        keys.encode_id(before_id)  # a bad id is refused before anything is read
     remaining = limit
     if remaining is not None and remaining <= 0:
         return
     for t, n in groups(store, scope):
-        start: bytes | None = None
-        if before_key is not None:
-            start = keys.checkpoint_key(t, n, before_key)
         if only_id is not None:
             row = read_checkpoint(store, t, n, only_id)
             rows_iter: Iterator[CheckpointRow] = iter([row] if row is not None else [])
-            if before_key is not None and keys.encode_id(only_id) >= before_key:
+            if before_id is not None and keys.encode_id(only_id) >= keys.encode_id(before_id):
                 rows_iter = iter([])
         else:
-            rows_iter = iter_group(store, t, n, start)
+            rows_iter = iter_group(store, t, n, before_id)
         for row in rows_iter:
             if row.hidden:
                 continue
@@ -102,14 +100,16 @@ def groups(store: Environment, scope: tuple[str, str | None] | None) -> list[tup
         return [] if n is None else [(t, n)]
 
 
-def iter_group(store: Environment, t: int, n: int, start: bytes | None) -> Iterator[CheckpointRow]:
-    """A group's rows newest first below ``start``, a short read transaction per chunk."""
-    prefix = keys.ns_prefix(t, n)
+def iter_group(
+    store: Environment, t: int, n: int, before_id: str | None
+) -> Iterator[CheckpointRow]:
+    """A group's rows newest first below ``before_id``, a short read transaction per chunk."""
     while True:
-        rows, start = read_chunk(store, t, n, prefix, start)
+        rows, last = read_chunk(store, t, n, before_id)
         yield from rows
-        if len(rows) < _LIST_CHUNK:
+        if len(rows) < _LIST_CHUNK or last is None:
             return
+        before_id = last
 
 
 # The list generators read through these: a generator frame that kept a
@@ -124,19 +124,11 @@ def read_checkpoint(store: Environment, t: int, n: int, checkpoint_id: str) -> C
 
 
 def read_chunk(
-    store: Environment, t: int, n: int, prefix: bytes, start: bytes | None
-) -> tuple[list[CheckpointRow], bytes | None]:
-    """Up to _LIST_CHUNK rows newest first below ``start``, and the next start."""
-    rows: list[CheckpointRow] = []
+    store: Environment, t: int, n: int, before_id: str | None
+) -> tuple[list[CheckpointRow], str | None]:
+    """Up to _LIST_CHUNK rows newest first below ``before_id``, and the id to go on from."""
     with store.read() as r:
-        for key, _ in r.iter_checkpoint_keys(prefix, start=start, reverse=True):
-            row = r.checkpoint(t, n, keys.decode_checkpoint_key(key)[2])
-            if row is not None:
-                rows.append(row)
-            start = key
-            if len(rows) >= _LIST_CHUNK:
-                break
-    return rows, start
+        return r.checkpoints_below(t, n, before_id, _LIST_CHUNK)
 
 
 def export_rows(
