@@ -187,25 +187,9 @@ class Environment(EnvironmentBase):
                         "that opens the store) or close idle processes"
                     ) from exc
 
-    @contextlib.contextmanager
-    def read(self) -> Iterator[ReadTxn]:
-        """One consistent read transaction (a snapshot). Keep it short."""
-        self._check_pid()
-        self._rw.acquire_read()
-        try:
-            txn = self._begin(write=False)
-            try:
-                self._hand_dictionaries(txn)
-                yield ReadTxn(self, txn)
-            except lmdb.Error as exc:
-                raise translate_error(exc, self.path) from exc
-            finally:
-                txn.abort()
-                if self._slot_waiters:  # a read waits for a slot (see _wait_for_slot)
-                    with self._slot_freed:
-                        self._slot_freed.notify()
-        finally:
-            self._rw.release_read()
+    def read(self) -> _Read:
+        """One consistent read transaction (a snapshot), as a context manager. Keep it short."""
+        return _Read(self)
 
     def write(self, op: Callable[[WriteTxn], T], *, history_safe: bool = False) -> T:
         """Run ``op`` in a write transaction and commit it durably (R8).
@@ -352,7 +336,11 @@ class Environment(EnvironmentBase):
         """
         if self.codec.dictionaries:
             return
+        snapshot = txn.id()
+        if snapshot == self._no_dictionary_at:  # this snapshot was looked at: none
+            return
         if txn.get(b"dict:1", db=self._dbs.meta) is None:
+            self._no_dictionary_at = snapshot
             return
         try:
             found = ReadTxn(self, txn).dictionaries()
@@ -542,3 +530,47 @@ class Environment(EnvironmentBase):
         """Every key of every database checked as reads use it (see
         :func:`deltalog.engine.table_check.verify_tables`); never raises for damage."""
         return verify_tables(self)
+
+
+class _Read:
+    """The context manager of :meth:`Environment.read` (a class: a generator-based one
+    cost about as much again as the LMDB begin and abort it wraps)."""
+
+    __slots__ = ("env", "txn")
+
+    def __init__(self, env: Environment) -> None:
+        self.env = env
+        self.txn: Any = None
+
+    def __enter__(self) -> ReadTxn:
+        env = self.env
+        env._check_pid()
+        env._rw.acquire_read()
+        try:
+            self.txn = env._begin(write=False)
+            env._hand_dictionaries(self.txn)
+            return ReadTxn(env, self.txn)
+        except BaseException as exc:
+            self._end()
+            if isinstance(exc, lmdb.Error):
+                raise translate_error(exc, env.path) from exc
+            raise
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        self._end()
+        if isinstance(exc, lmdb.Error):
+            raise translate_error(exc, self.env.path) from exc
+
+    def _end(self) -> None:
+        env = self.env
+        try:
+            if self.txn is not None:
+                self.txn.abort()
+                self.txn = None
+                if env._slot_waiters:  # a read waits for a slot (see _wait_for_slot)
+                    with env._slot_freed:
+                        env._slot_freed.notify()
+        finally:
+            env._rw.release_read()

@@ -69,7 +69,11 @@ class RWLock:
     """Many readers or one exclusive holder (map growth remaps the file under readers)."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        # Readers take the plain lock (a Condition's ``with`` is a Python call
+        # more, on every read); waiting and notifying go through the condition
+        # over the same lock.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._readers = 0
         self._exclusive = False
         # The exclusive holder may read, and take the exclusive side again (reopening
@@ -78,15 +82,17 @@ class RWLock:
         self._depth = 0
 
     def acquire_read(self) -> None:
-        with self._cond:
+        with self._lock:
             while self._exclusive and self._owner != threading.get_ident():
                 self._cond.wait()
             self._readers += 1
 
     def release_read(self) -> None:
-        with self._cond:
+        with self._lock:
             self._readers -= 1
-            if not self._readers:
+            # Only an exclusive holder waits for the readers to drain (readers wait
+            # for release_exclusive): notify_all costs more than the rest here.
+            if not self._readers and self._exclusive:
                 self._cond.notify_all()
 
     @contextlib.contextmanager
@@ -183,6 +189,9 @@ class EnvironmentBase:
         self._name_ids: NameCache[tuple[bytes, str], int] = NameCache(caches.name_entries)
         self._names: NameCache[tuple[bytes, int], str] = NameCache(caches.name_entries)
         self._names_crc = False
+        # The snapshot (read transaction id) last seen to hold no record
+        # dictionary (see Environment._hand_dictionaries).
+        self._no_dictionary_at = -1
         # The format this process reads the store as (set by _init_dbs).
         self.format_version: int = keys.FORMAT_VERSION
         self._closed = False
