@@ -50,6 +50,7 @@ __all__ = [
     "ZstdCompressor",
     "decode_dictionary",
     "encode_dictionary",
+    "frame_plain",
     "rekey",
 ]
 
@@ -142,6 +143,12 @@ def rekey(
         )
     framed = bytes(view[:-CRC_SIZE])
     return _seal(bytes((framed[0] & ~KEYED,)) + framed[1:], new_key, prefix)
+
+
+def frame_plain(record: Any, *, key: bytes | None = None) -> bytes:
+    """``record`` framed as :meth:`RecordCodec.encode` frames an uncompressed one (over
+    ``key`` when given), without trying compression or sampling it for a dictionary."""
+    return _seal(bytes((TAG_PLAIN,)) + ormsgpack.packb(record), key, b"")
 
 
 def _seal(framed: bytes, key: bytes | None, prefix: bytes) -> bytes:

@@ -29,14 +29,12 @@ from __future__ import annotations
 import hashlib
 import threading
 import weakref
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import ormsgpack
 from deltalog.engine import keys
-from deltalog.engine.codec import CRC_SIZE, TAG_PLAIN
+from deltalog.engine.codec import frame_plain
 from deltalog.engine.env import Environment
 from deltalog.engine.errors import CorruptRecordError, DeltaLogError
 from deltalog.engine.memory_core import (
@@ -92,15 +90,14 @@ def item_fields(rec: ItemRecord, ikey: bytes) -> list[Any]:
     return out
 
 
-def _plain_record(record: list[Any]) -> bytes:
-    """A record framed as :meth:`RecordCodec.encode` frames an uncompressed one.
+def _plain_record(record: list[Any], key: bytes) -> bytes:
+    """A record framed as :meth:`RecordCodec.encode` frames an uncompressed one, over its key.
 
     For vector records: float32 noise never compresses, so the codec's
     compression attempt is wasted work, and its dictionary samples (meant for
     checkpoint and item records) would fill with vectors.
     """
-    framed = bytes((TAG_PLAIN,)) + ormsgpack.packb(record)
-    return framed + zlib.crc32(framed).to_bytes(CRC_SIZE, "big")
+    return frame_plain(record, key=key)
 
 
 def _inline_key(ikey: bytes) -> str:
@@ -369,7 +366,7 @@ class MemoryReader:
             if key[:1] != keys.ITEM_NS_REV:
                 break  # the change counter and the counts follow the namespaces
             ns_id = keys.decode_item_ns_rev_key(key)
-            labels = self.codec.decode(cur.value(), f"item_ns {key.hex()}")
+            labels = self.codec.decode(cur.value(), f"item_ns {key.hex()}", key=bytes(key))
             if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
                 raise CorruptRecordError(f"item_ns {key.hex()} does not hold a namespace")
             out.append((ns_id, tuple(labels)))
@@ -385,7 +382,22 @@ class MemoryReader:
             return None
         if len(raw) > 8 and raw[8:].decode("utf-8") != ".".join(namespace):
             return None  # a hashed long namespace that only shares the hash
-        return int.from_bytes(raw[:8], "big")
+        ns_id = int.from_bytes(raw[:8], "big")
+        # The forward record carries no checksum: its id must name this namespace
+        # in the reverse record (CRC-checked over its key), or a flipped bit would
+        # serve another namespace's items (issue 15.1, for memory).
+        rev_key = keys.item_ns_rev_key(ns_id)
+        rev = self.txn.get(rev_key, db=self.ns_db)
+        labels = (
+            None if rev is None else self.codec.decode(rev, f"item_ns {rev_key.hex()}", key=rev_key)
+        )
+        if not isinstance(labels, list) or tuple(labels) != namespace:
+            raise CorruptRecordError(
+                f"item_ns record of namespace {namespace!r} names id {ns_id}, which "
+                f"{'no namespace has' if labels is None else f'belongs to {labels!r}'}; run "
+                "`deltalog verify`"
+            )
+        return ns_id
 
     def counts(self) -> dict[int, tuple[int, int]]:
         """Every namespace's ``(items, items with a TTL)``; a namespace without a
@@ -419,7 +431,7 @@ class MemoryReader:
     def _item(
         self, namespace: tuple[str, ...], key: bytes, raw: bytes, name_hint: str | None = None
     ) -> ItemRecord:
-        rec = self.codec.decode(raw, f"items {bytes(key).hex()}")
+        rec = self.codec.decode(raw, f"items {bytes(key).hex()}", key=bytes(key))
         try:
             if isinstance(rec, list) and rec and isinstance(rec[0], dict):  # format 5
                 if not 2 <= len(rec) <= 6:
@@ -492,7 +504,7 @@ class MemoryReader:
             key = cur.key()
             if not (key.startswith(item) and len(key) == len(item) + 2):
                 break
-            rec = self.codec.decode(cur.value(), f"item_vectors {key.hex()}")
+            rec = self.codec.decode(cur.value(), f"item_vectors {key.hex()}", key=bytes(key))
             if not (isinstance(rec, list) and len(rec) == 3):
                 raise CorruptRecordError(f"item_vectors {key.hex()} is not a vector record")
             out.append(VectorRecord(rec[0], rec[1], rec[2]))
@@ -514,7 +526,7 @@ class MemoryReader:
             key = cur.key()
             if not key.startswith(prefix):
                 return
-            rec = self.codec.decode(cur.value(), f"item_vectors {bytes(key).hex()}")
+            rec = self.codec.decode(cur.value(), f"item_vectors {bytes(key).hex()}", key=bytes(key))
             if not (isinstance(rec, list) and len(rec) == 3):
                 raise CorruptRecordError(f"item_vectors {bytes(key).hex()} is not a vector record")
             yield bytes(key[:-2]), VectorRecord(rec[0], rec[1], rec[2])
@@ -569,7 +581,7 @@ class MemoryReader:
         while ok and len(out) < limit:
             key = bytes(cur.key())
             try:
-                rec = self.codec.decode(cur.value(), f"item_vectors {key.hex()}")
+                rec = self.codec.decode(cur.value(), f"item_vectors {key.hex()}", key=key)
                 if not (isinstance(rec, list) and len(rec) == 3 and isinstance(rec[2], bytes)):
                     out.append(f"item_vectors {key.hex()} is not a vector record")
                 elif len(rec[2]) % 4:
@@ -671,7 +683,8 @@ class MemoryWriter(MemoryReader):
         if name_key[1] == 1:  # hashed: keep the full name to detect collisions
             value += ".".join(namespace).encode("utf-8")
         self.txn.put(name_key, value, db=self.ns_db)
-        self.txn.put(keys.item_ns_rev_key(ns_id), self.codec.encode(list(namespace)), db=self.ns_db)
+        rev_key = keys.item_ns_rev_key(ns_id)
+        self.txn.put(rev_key, self.codec.encode(list(namespace), key=rev_key), db=self.ns_db)
         self.new_namespaces[namespace] = ns_id
         self.txn.put(keys.item_count_key(ns_id), encode_counts(ns_id, 0, 0), db=self.ns_db)
         return ns_id
@@ -685,7 +698,7 @@ class MemoryWriter(MemoryReader):
             self._count(ns_id, old is None, with_ttl)
         if old is not None and old.expires_ms is not None:
             self.txn.delete(keys.item_ttl_key(old.expires_ms, ikey), db=self.ttl_db)
-        self.txn.put(ikey, self.codec.encode(item_fields(rec, ikey)), db=self.items_db)
+        self.txn.put(ikey, self.codec.encode(item_fields(rec, ikey), key=ikey), db=self.items_db)
         self.touch().items[ikey] = rec
         if rec.expires_ms is not None:
             self.txn.put(keys.item_ttl_key(rec.expires_ms, ikey), b"", db=self.ttl_db)
@@ -712,10 +725,9 @@ class MemoryWriter(MemoryReader):
                 break
             ok = cur.delete()
         for ordinal, rec in enumerate(records):
+            vkey = keys.item_vector_key(item, ordinal)
             self.txn.put(
-                keys.item_vector_key(item, ordinal),
-                _plain_record([rec.path, rec.digest, rec.vector]),
-                db=self.vectors_db,
+                vkey, _plain_record([rec.path, rec.digest, rec.vector], vkey), db=self.vectors_db
             )
 
     def sweep(self, now_ms: int, limit: int = SWEEP_CHUNK) -> tuple[int, bool]:
@@ -789,9 +801,9 @@ class VectorMatrix:
             decode = reader.codec.decode
             for key, raw in reader.txn.cursor(db=reader.vectors_db).iternext():
                 try:
-                    rec = decode(raw, "item_vectors")
-                except CorruptRecordError:
-                    rec = decode(raw, f"item_vectors {bytes(key).hex()}")  # raises, naming the key
+                    rec = decode(raw, "item_vectors", key=bytes(key))
+                except CorruptRecordError:  # raises again, naming the key
+                    rec = decode(raw, f"item_vectors {bytes(key).hex()}", key=bytes(key))
                 if not (isinstance(rec, list) and len(rec) == 3 and isinstance(rec[2], bytes)):
                     raise CorruptRecordError(
                         f"item_vectors {bytes(key).hex()} is not a vector record"

@@ -15,7 +15,8 @@ step        what changes on disk
             checkpoint records
 3 → 4       every ``names`` and ``names_rev`` record is rewritten with a
             CRC-32 over its key and value (:mod:`deltalog.engine.names`)
-4 → 5       every ``checkpoints``, ``writes`` and ``blobs`` record (and the
+4 → 5       every ``checkpoints``, ``writes``, ``blobs``, ``items`` and
+            ``item_vectors`` record, every ``item_ns`` reverse record (and the
             trained dictionary, ``meta/dict:N``) is re-framed
             with a CRC-32 that also covers its key (tag bit
             :data:`~deltalog.engine.codec.KEYED`); nothing is decompressed. A
@@ -65,6 +66,7 @@ class NameDbs(Protocol):
     items: Any
     item_ns: Any
     item_ttl: Any
+    item_vectors: Any
 
 
 Migration = Callable[[Any, NameDbs], None]
@@ -95,13 +97,20 @@ def checksum_names(txn: Any, dbs: NameDbs) -> None:
 
 
 def key_records(txn: Any, dbs: NameDbs) -> None:
-    """Format 5: re-frame every checkpoint, write and blob record over its key."""
+    """Format 5: re-frame every checkpoint, write, blob and memory record over its key."""
     for name, db in (
         ("checkpoints", dbs.checkpoints),
         ("writes", dbs.writes),
         ("blobs", dbs.blobs),
+        ("items", dbs.items),
+        ("item_vectors", dbs.item_vectors),
+        ("item_ns", dbs.item_ns),
     ):
+        if db is None:  # a memory database a store older than the memory store lacks
+            continue
         rows = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db).iternext(keys=True, values=True)]
+        if name == "item_ns":  # only the reverse records (id -> labels) are codec records
+            rows = [(k, v) for k, v in rows if k[:1] == keys.ITEM_NS_REV]
         for key, raw in rows:
             what = f"{name}/{key.hex()}"
             try:

@@ -128,3 +128,70 @@ def test_a_flipped_bit_in_the_trained_dictionary_is_damage_not_different_data(
             report = saver.verify()
             assert not report.ok
             assert any("dict:1" in p.detail or "646963743a31" in p.detail for p in report.problems)
+
+
+MEMORY_USERS = [f"user-{i}" for i in range(5)]
+
+
+def _memory_store(path: Path) -> None:
+    from deltalog.engine import DeltaLogStore
+
+    with DeltaLogStore.from_path(path) as store:
+        for user in MEMORY_USERS:
+            for k in range(3):
+                store.put((user, "facts"), f"fact-{k}", {"owner": user, "n": k})
+
+
+def _memory_reads(path: Path, user: str) -> list[Any]:
+    """What the user's namespace reads as after the user puts one more item: its items by
+    search and get, or the CorruptRecordError."""
+    from deltalog.engine import DeltaLogStore
+
+    with DeltaLogStore.from_path(path) as store:
+        try:
+            store.put((user, "facts"), "latest", {"owner": user, "n": -1})
+            found = [(i.key, i.value) for i in store.search((user, "facts"))]
+            got = [store.get((user, "facts"), f"fact-{k}") for k in range(3)]
+            return found + [(i.key, i.value) for i in got if i is not None]
+        except CorruptRecordError as exc:
+            return [exc]
+
+
+@pytest.mark.parametrize("db", ["items", "item_ns"])
+def test_flipped_bits_in_memory_records_never_serve_another_namespaces_items(
+    db: str, tmp_path: Path
+) -> None:
+    """Issue 15.1/15.2 for the memory store (issue 17): 40 seeded random bit flips, each in
+    the key of a random ``items`` record (moved there) or in the key or value of a random
+    ``item_ns`` record: after each user puts one more item, every user's namespace reads
+    only that user's items (some may be missing) or raises CorruptRecordError, never
+    another user's (a put never lands in another user's namespace either)."""
+    pristine = tmp_path / "pristine"
+    _memory_store(pristine)
+    rng = random.Random(f"memory-flips-{db}")
+    refused = 0
+    for trial in range(40):
+        path = tmp_path / f"trial-{trial}"
+        path.mkdir()
+        (path / "data.mdb").write_bytes((pristine / "data.mdb").read_bytes())
+        rows = _rows(path, db)
+        key, value = rows[rng.randrange(len(rows))]
+        in_key = db == "items" or rng.random() < 0.5
+        data = key if in_key else value
+        # Half the flips hit the namespace id itself (an items key's uid byte, the
+        # last byte of an item_ns id), where a flip names another user's namespace.
+        at = rng.randrange(len(data))
+        if rng.random() < 0.5:
+            at = 1 if db == "items" else len(data) - 1 if key[:1] == b"\x01" or not in_key else at
+        flipped = bytearray(data)
+        flipped[at] ^= 1 << rng.randrange(8)
+        new_key, new_value = (bytes(flipped), value) if in_key else (key, bytes(flipped))
+        _replace(path, db, key, new_key, new_value)
+        for user in MEMORY_USERS:
+            got = _memory_reads(path, user)
+            if got and isinstance(got[0], CorruptRecordError):
+                refused += 1
+                continue
+            for _key, item in got:
+                assert item["owner"] == user, (trial, db, user, got)
+    assert refused > 0  # some flips were read, and refused

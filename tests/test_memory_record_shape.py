@@ -15,7 +15,7 @@ def _record(store: DeltaLogStore, ns: tuple[str, ...], key: str) -> tuple[bytes,
         ns_raw = r.txn.get(keys.item_ns_key(ns), db=store.env.db("item_ns"))
         ikey = keys.item_key(int.from_bytes(ns_raw[:8], "big"), key)
         raw = r.txn.get(ikey, db=store.env.db("items"))
-        rec: list[object] = store.env.codec.decode(raw, "items")
+        rec: list[object] = store.env.codec.decode(raw, "items", key=ikey)
         return ikey, rec
 
 

@@ -179,7 +179,7 @@ def test_vectors_are_float32_in_lmdb(store: DeltaLogStore) -> None:
     store.put(("d",), "k", {"text": "abc"})
     rows = list(store.env.iter_db("item_vectors"))
     assert len(rows) == 1
-    path, _digest, raw = store.env.codec.decode(rows[0][1], "vector")
+    path, _digest, raw = store.env.codec.decode(rows[0][1], "vector", key=rows[0][0])
     assert path == "text"
     assert np.frombuffer(raw, dtype=np.float32).tolist() == pytest.approx(
         embed_one("abc"), abs=1e-6

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from deltalog.engine import DeltaLogStore
+from deltalog.engine.codec import rekey
 
 
 def embed(texts: list[str]) -> list[list[float]]:
@@ -61,6 +62,7 @@ def test_orphan_vector_found(store: DeltaLogStore) -> None:
     """A vector whose item is gone is reported."""
     key, value = _raw(store, "item_vectors")[0]
     orphan = key[:-4] + b"zz" + key[-2:]
+    value = rekey(value, key, orphan, "test")  # a sound record under its own key
     store.env.write(lambda w: w.txn.put(orphan, value, db=w.env.db("item_vectors")))
     problems = store.verify()
     assert any(orphan.hex() in p and "no item" in p for p in problems)
