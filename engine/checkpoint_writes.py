@@ -70,6 +70,10 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         key = keys.checkpoint_key(t, n, cid)
         latest = self.latest_key(t, n)
         self._refuse_cycle(t, n, thread_id, checkpoint_id, parent_id, latest)
+        if parent_id is not None and keys.encode_id(parent_id) >= cid:
+            # A link whose parent key is not below its own: from now on ordinary
+            # puts of this namespace check the whole chain (see _refuse_cycle).
+            self.txn.put(keys.fwd_key(t, n), b"", db=self.dbs.meta)
         for blob in blobs:
             self.put_blob(t, n, blob.channel, blob.version, blob.value, before=cid)
         held = dict(inline or {})
@@ -189,12 +193,13 @@ class CheckpointWrites(BlobWrites, ReadTxn):
           (thread, ns) at most once, so it costs at most one record read per
           checkpoint of the namespace, on these rare puts only.
 
-        Not refused here (no index of children exists to find it in bounded
-        time): a loop longer than that closed by such a put, through an earlier
-        put that named its id as the parent of a smaller key while the id did
-        not exist yet. (``latest`` is the namespace's greatest key before this
-        put: a key above it is new without a lookup.) ``verify`` reports such a cycle (``parent_cycle``) and every
-        read that meets it raises :class:`CorruptRecordError`.
+        The quick path is only safe while no record of the (thread, ns) has a
+        parent key at least its own: a loop through the new put needs such a
+        link. Every put that stores one sets the namespace's forward-link mark
+        (``keys.fwd_key``; the format-5 migration sets it for older stores), and
+        with the mark set every put walks the whole chain. (``latest`` is the
+        namespace's greatest key before this put: a key above it is new without
+        a lookup.)
         """
         if parent_id is None:
             return
@@ -209,8 +214,12 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         key = prefix + keys.encode_id(checkpoint_id)
         cursor: bytes | None = keys.encode_id(parent_id)
         limit: int | None = None
-        if prefix + keys.encode_id(parent_id) < key and (
-            latest is None or latest < key or self.txn.get(key, db=self.dbs.checkpoints) is None
+        if (
+            prefix + keys.encode_id(parent_id) < key
+            and (
+                latest is None or latest < key or self.txn.get(key, db=self.dbs.checkpoints) is None
+            )
+            and self.txn.get(keys.fwd_key(t, n), db=self.dbs.meta) is None
         ):
             limit = _QUICK_CYCLE_STEPS
         chain = [key]  # keys: ids are decoded only for the error

@@ -192,8 +192,9 @@ class EnvironmentBase:
         # The snapshot (read transaction id) last seen to hold no record
         # dictionary (see Environment._hand_dictionaries).
         self._no_dictionary_at = -1
-        # The format this process reads the store as (set by _init_dbs).
-        self.format_version: int = keys.FORMAT_VERSION
+        # The format this process reads the store as (set by _init_dbs; 0 until
+        # then: the first read accepts a dictionary of any format).
+        self.format_version: int = 0
         self._closed = False
         self._open()
 
@@ -415,7 +416,7 @@ class EnvironmentBase:
             version = read_format_version(txn.get(b"format_version", db=self._dbs.meta), self.path)
             for old, new, step in pending(version):
                 logger.info("upgrading store %s from format %d to %d", self.path, old, new)
-                step(txn, self._dbs)
+                step(txn, self._dbs, self.codec)
             txn.put(b"format_version", ormsgpack.packb(keys.FORMAT_VERSION), db=self._dbs.meta)
         return keys.FORMAT_VERSION
 

@@ -96,6 +96,7 @@ from ulid import ULID
 
 __all__ = [
     "FORMAT_VERSION",
+    "FWD",
     "KEYED_FORMAT",
     "KIND_CHANNEL",
     "KIND_NS",
@@ -125,6 +126,7 @@ __all__ = [
     "encode_run",
     "encode_str",
     "encode_version",
+    "fwd_key",
     "item_count_key",
     "item_key",
     "item_ns_key",
@@ -158,6 +160,8 @@ READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5})
 KEYED_FORMAT: Final = 5
 #: ``meta`` key prefix of the write-dependency marks (``wdep_key``).
 WDEP: Final = b"wdep"
+#: ``meta`` key prefix of the forward-link marks (``fwd_key``).
+FWD: Final = b"fwd"
 MAX_KEY: Final = 511
 # Names longer than this are hashed in the `names` key; 400 leaves room for the kind byte.
 _INLINE_NAME: Final = 400
@@ -557,6 +561,13 @@ def _idx_at(key: bytes, pos: int) -> int:
 def write_idx(key: bytes) -> int:
     """The ``idx`` of a ``writes`` key (its last four bytes)."""
     return _idx_at(key, max(len(key) - 4, 0))
+
+
+def fwd_key(thread: int, ns: int) -> bytes:
+    """``meta`` key marking that a (thread, ns) has a checkpoint whose parent key is at
+    least its own (a parent put later, or a fork back): only then can an ordinary put
+    close a parent cycle (see ``CheckpointWrites._refuse_cycle``)."""
+    return FWD + ns_prefix(thread, ns)
 
 
 def wdep_key(thread: int, ns: int, channel: int) -> bytes:

@@ -28,7 +28,9 @@ step        what changes on disk
             decoded or rewritten; :func:`count_items`); the change counter
             record appears with the first memory write; item records are
             written in a shorter layout from then on (the format 4 layout
-            still reads, so none is rewritten)
+            still reads, so none is rewritten); a forward-link mark per
+            (thread, ns) holding a checkpoint whose parent key is at least
+            its own (:func:`mark_forward_links`)
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only
@@ -41,8 +43,8 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from deltalog.engine import keys
-from deltalog.engine.codec import decode_dictionary, encode_dictionary, rekey
-from deltalog.engine.envelope import split_write_value
+from deltalog.engine.codec import RecordCodec, decode_dictionary, encode_dictionary, rekey
+from deltalog.engine.envelope import PARENT, split_write_value
 from deltalog.engine.errors import CorruptRecordError
 from deltalog.engine.names import (
     decode_name_id,
@@ -69,15 +71,16 @@ class NameDbs(Protocol):
     item_vectors: Any
 
 
-Migration = Callable[[Any, NameDbs], None]
-"""A step: given an open write transaction and the database handles, rewrite in place."""
+Migration = Callable[[Any, NameDbs, RecordCodec], None]
+"""A step: given an open write transaction, the database handles and the record codec
+(with the store's dictionary), rewrite in place."""
 
 
-def _records_only_added(txn: Any, dbs: NameDbs) -> None:
+def _records_only_added(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
     """Formats 2 and 3 only add record shapes that older stores lack: nothing to rewrite."""
 
 
-def checksum_names(txn: Any, dbs: NameDbs) -> None:
+def checksum_names(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
     """Format 4: rewrite every name record with a CRC over its key and value.
 
     Each record is decoded in the old layout first, so one that format 3 could
@@ -96,7 +99,7 @@ def checksum_names(txn: Any, dbs: NameDbs) -> None:
             txn.put(key, value, db=db)
 
 
-def key_records(txn: Any, dbs: NameDbs) -> None:
+def key_records(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
     """Format 5: re-frame every checkpoint, write, blob and memory record over its key."""
     for name, db in (
         ("checkpoints", dbs.checkpoints),
@@ -136,7 +139,7 @@ def key_records(txn: Any, dbs: NameDbs) -> None:
         txn.put(key, encode_dictionary(key, dictionary), db=dbs.meta)
 
 
-def count_items(txn: Any, dbs: NameDbs) -> None:
+def count_items(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
     """Format 5: write every namespace's item counts (``list_namespaces`` reads them).
 
     A store without memory databases (created before them, first opened
@@ -167,10 +170,33 @@ def count_items(txn: Any, dbs: NameDbs) -> None:
         txn.put(keys.item_count_key(ns_id), value, db=dbs.item_ns)
 
 
-def format_5(txn: Any, dbs: NameDbs) -> None:
+def mark_forward_links(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
+    """Format 5: mark every (thread, ns) holding a checkpoint whose parent key is at least
+    its own (``keys.fwd_key``), so ordinary puts there check the whole parent chain.
+
+    Reads each checkpoint record's parent; a record it cannot read is skipped (reads and
+    verify report it) and its namespace marked, to be safe.
+    """
+    for key, raw in txn.cursor(db=dbs.checkpoints).iternext(keys=True, values=True):
+        key = bytes(key)
+        try:
+            (t, n), end = keys.split_ids(key, 2)
+            parent = codec.decode(bytes(raw), f"checkpoints/{key.hex()}", key=key)[PARENT]
+        except CorruptRecordError:
+            parent = key[end:]  # unreadable: mark its namespace
+        except Exception:
+            continue  # a key that does not decode: verify reports it
+        if isinstance(parent, str):  # the oldest records held the id itself
+            parent = keys.encode_id(parent)
+        if parent is not None and bytes(parent) >= key[end:]:
+            txn.put(keys.fwd_key(t, n), b"", db=dbs.meta)
+
+
+def format_5(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
     """Format 5: records framed over their keys, and the memory store's item counts."""
-    key_records(txn, dbs)
-    count_items(txn, dbs)
+    key_records(txn, dbs, codec)
+    count_items(txn, dbs, codec)
+    mark_forward_links(txn, dbs, codec)
 
 
 MIGRATIONS: Final[tuple[tuple[int, int, Migration], ...]] = (

@@ -207,6 +207,12 @@ class TableCheck:
     def check_meta(self, key: bytes, raw: bytes) -> None:
         if key.startswith(b"dict:"):
             decode_dictionary(key, raw, legacy=self.legacy_dictionaries)
+        if key.startswith(keys.FWD):
+            ids, end = keys.split_ids(key[len(keys.FWD) :], 2)
+            if end != len(key) - len(keys.FWD):
+                raise DamagedKeyError("forward-link mark key has trailing bytes")
+            self.need(keys.KIND_THREAD, ids[0])
+            self.need(keys.KIND_NS, ids[1])
         if key.startswith(keys.WDEP):
             ids, end = keys.split_ids(key[len(keys.WDEP) :], 3)
             if end != len(key) - len(keys.WDEP):

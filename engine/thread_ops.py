@@ -115,12 +115,14 @@ class ThreadWrites(CheckpointWrites):
             )
         d = self.intern(keys.KIND_THREAD, target)
         counts: dict[str, int] = {}
-        # The copied blobs' write ranges need their marks in meta (see put_blob).
+        # The copied blobs' write ranges need their marks in meta (see put_blob),
+        # and the namespaces their forward-link marks (see _refuse_cycle).
         for name, head in (
             ("checkpoints", b""),
             ("writes", b""),
             ("blobs", b""),
             ("meta", keys.WDEP),
+            ("meta", keys.FWD),
         ):
             db = getattr(self.dbs, name)
             prefix = head + keys.thread_prefix(s)
@@ -258,3 +260,4 @@ class ThreadWrites(CheckpointWrites):
         for db in (self.dbs.checkpoints, self.dbs.writes, self.dbs.blobs):
             self.delete_prefix(db, prefix)
         self.delete_prefix(self.dbs.meta, keys.WDEP + prefix)
+        self.delete_prefix(self.dbs.meta, keys.FWD + prefix)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import ormsgpack
 import pytest
 from deltalog.engine import CorruptRecordError, DeltaLogSaver, keys
 from deltalog.engine.core import Node, parent_cycles, plan_keep
@@ -129,22 +130,51 @@ def test_two_puts_naming_each_other_are_refused(
     assert dump(saver) == before
 
 
-def test_long_loop_through_an_early_child_is_caught_on_read(
+def test_long_loop_through_an_early_child_is_refused(
     make_saver: Callable[..., DeltaLogSaver],
 ) -> None:
-    """The documented gap: a loop longer than the quick check, closed by an ordinary put, is stored, but verify reports it and reads raise instead of looping."""
+    """issue 15.3: a loop longer than the quick check, closed by an ordinary (upward) put
+    through an earlier child that named the id as its parent before it existed, is refused
+    on write and nothing is written (the namespace's forward-link mark makes the put walk
+    the whole chain)."""
     saver = make_saver()
-    put_ids(saver, "a", "z")  # "z" does not exist yet
+    put_ids(saver, "a", "z")  # "z" does not exist yet: a link whose parent key is above
     for parent, cid in zip("abcde", "bcdef", strict=True):
         put_ids(saver, cid, parent)
-    put_ids(saver, "z", "f")  # z -> f -> e -> ... -> a -> z
-    problems = [p for p in saver.verify().problems if p.kind == "parent_cycle"]
-    assert len(problems) == 1 and "a -> z -> f -> e -> d -> c -> b -> a" in problems[0].detail
-    with pytest.raises(CorruptRecordError, match="thread 't'"):
-        saver.prune(["t"], dry_run=True)
-    saver.put_writes(at("t", "c"), [("x", 1)], "task")  # a channel the walk must follow
-    with pytest.raises(CorruptRecordError, match="thread 't'"):
-        saver.get_delta_channel_history(config=at("t", "c"), channels=["x"])
+    before = dump(saver)
+    with pytest.raises(ParentCycleError, match="z -> f -> e -> d -> c -> b -> a -> z"):
+        put_ids(saver, "z", "f")
+    assert dump(saver) == before
+    put_ids(saver, "g", "f")  # an ordinary put that closes nothing still goes in
+    assert saver.get_tuple(at("t", "g")) is not None
+    assert [p.kind for p in saver.verify().problems] == ["dangling_parent"]  # "z", still missing
+
+
+def test_the_format_5_upgrade_marks_forward_links_so_the_long_loop_is_refused(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """R10, issue 15.3: a store without forward-link marks (as format 4 wrote it) gets them
+    on the upgrade, and the long loop is refused there too."""
+    saver = make_saver()
+    path = saver.env.path
+    put_ids(saver, "a", "z")
+    for parent, cid in zip("abcde", "bcdef", strict=True):
+        put_ids(saver, cid, parent)
+    meta = saver.env.db("meta")
+    marks = [k for k, _ in saver.env.iter_db("meta") if k.startswith(keys.FWD)]
+    assert len(marks) == 1
+
+    def as_format_4(w: Any) -> None:
+        for k in marks:
+            w.txn.delete(k, db=meta)
+        w.txn.put(b"format_version", ormsgpack.packb(4), db=meta)
+
+    saver.env.write(as_format_4)
+    saver.close()
+    with DeltaLogSaver.from_path(path) as upgraded:
+        assert [k for k, _ in upgraded.env.iter_db("meta") if k.startswith(keys.FWD)] == marks
+        with pytest.raises(ParentCycleError):
+            put_ids(upgraded, "z", "f")
 
 
 # -- detected by verify, bounded on read -----------------------------------------------------------
