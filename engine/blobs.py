@@ -59,14 +59,17 @@ class BlobReads(TxnBase):
         key: bytes,
         versions: dict[str, Version],
         inline: dict[str, list[Any]],
+        blobbed: int | None = None,
     ) -> dict[str, StoredValue]:
         """Stored values of a checkpoint's channel versions (empty versions are absent).
 
         A value the record ``key`` holds itself (``inline``) is taken from it;
-        the others are read from their blobs.
+        the others are read from their blobs. A version the record's ``blobbed``
+        mask (format 5) says has a blob, where none is found, is damage
+        (CorruptRecordError), never an empty channel.
         """
         out: dict[str, StoredValue] = {}
-        for channel, version in versions.items():
+        for i, (channel, version) in enumerate(versions.items()):
             typed = inline.get(channel)
             value = (
                 self.blob(t, n, channel, version)
@@ -75,6 +78,12 @@ class BlobReads(TxnBase):
             )
             if value is not None:
                 out[channel] = value
+            elif blobbed is not None and blobbed >> i & 1:
+                raise CorruptRecordError(
+                    f"channel {channel!r} at version {version!r} has a stored value by its "
+                    f"checkpoint record checkpoints/{key.hex()}, but no blob holds it; run "
+                    "`deltalog verify` and restore from a backup"
+                )
         return out
 
     def blob(self, t: int, n: int, channel: str, version: Version) -> StoredValue | None:
@@ -189,7 +198,7 @@ class BlobReads(TxnBase):
         try:
             row = self._decode_checkpoint(t, n, key, raw)
             if with_values:
-                row.values = self.values(t, n, key, row.channel_versions, row.inline)
+                row.values = self.values(t, n, key, row.channel_versions, row.inline, row.blobbed)
             if with_writes:
                 row.writes = self.writes(key)
         except CorruptRecordError as exc:

@@ -126,10 +126,26 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             run_id,
             list(delta),
             {c: list(typed) for c, typed in held.items()},
+            self._blobbed(t, n, channel_versions, held),
         )
         self.txn.put(key, self.codec.encode(record.pack(), key=key), db=self.dbs.checkpoints)
         if run_id is not None:
             self.txn.put(keys.run_key(keys.encode_run(run_id), t, n, cid), b"", db=self.dbs.runs)
+
+    def _blobbed(
+        self, t: int, n: int, versions: Mapping[str, Version], held: Mapping[str, Any]
+    ) -> int:
+        """The ``blobbed`` mask of a record: which of its versions have a blob now (this
+        put's new blobs are stored already). One lookup per channel not held inline."""
+        mask = 0
+        for i, (channel, version) in enumerate(versions.items()):
+            if channel in held:
+                continue
+            c = self.name_id(keys.KIND_CHANNEL, channel)
+            blob = None if c is None else keys.blob_key(t, n, c, version)
+            if blob is not None and self.txn.get(blob, db=self.dbs.blobs) is not None:
+                mask |= 1 << i
+        return mask
 
     def _held_elsewhere(self, t: int, n: int, wanted: Mapping[str, Version]) -> dict[str, Typed]:
         """Inline values of channels at versions, held by any record of (thread, ns).

@@ -39,6 +39,7 @@ INLINE_MAX: Final = 512
 PARENT, VERSIONS, CKPT_TYPE, CKPT_BYTES, META_TYPE, META_BYTES, FLAGS, RUN_ID = range(8)
 DELTA: Final = 8  # format 2
 INLINE: Final = 9  # format 3
+BLOBBED: Final = 10  # format 5
 _FORMAT_1_FIELDS: Final = 8
 
 
@@ -56,9 +57,14 @@ class CheckpointEnvelope:
     run_id: str | None = None
     delta: list[str] = field(default_factory=list)
     inline: dict[str, list[Any]] = field(default_factory=dict)
+    blobbed: int | None = None
+    """Format 5: bit ``i`` set when the ``i``-th channel of ``versions`` (in stored order)
+    has its value in a blob record, so a read that finds no blob there knows it is
+    missing (an empty version stores nothing); None in older records."""
 
     def pack(self) -> list[Any]:
-        """The record as stored (current format): ``inline`` only when it holds a value."""
+        """The record as stored (current format): ``inline`` only when it holds a value
+        or ``blobbed`` follows it."""
         rec: list[Any] = [
             self.parent,
             self.versions,
@@ -70,8 +76,10 @@ class CheckpointEnvelope:
             self.run_id,
             list(self.delta),
         ]
-        if self.inline:
+        if self.inline or self.blobbed is not None:
             rec.append(self.inline)
+        if self.blobbed is not None:
+            rec.append(self.blobbed)
         return rec
 
     @classmethod
@@ -97,7 +105,15 @@ class CheckpointEnvelope:
                 f"record {where} has an unexpected shape ({exc}); run `deltalog verify`"
             ) from exc
         return cls(
-            parent, versions, (ctype, cbytes), (mtype, mbytes), flags, run_id, delta, inline_of(rec)
+            parent,
+            versions,
+            (ctype, cbytes),
+            (mtype, mbytes),
+            flags,
+            run_id,
+            delta,
+            inline_of(rec),
+            blobbed_of(rec),
         )
 
     @property
@@ -134,6 +150,19 @@ class RawNode:
             rec[RUN_ID],
             frozenset(c for c in inline_of(rec) if c in versions),
         )
+
+
+def blobbed_of(rec: Any) -> int | None:
+    """The ``blobbed`` mask of a checkpoint record (format 5), or None before it."""
+    if len(rec) <= BLOBBED:
+        return None
+    mask = rec[BLOBBED]
+    if type(mask) is not int or mask < 0:
+        raise CorruptRecordError(
+            f"checkpoint record holds a blob mask of an unexpected shape ({mask!r:.40}); "
+            "run `deltalog verify`"
+        )
+    return mask
 
 
 def inline_of(rec: Any) -> dict[str, Any]:

@@ -108,6 +108,8 @@ class CheckpointRow:
     run_id: str | None
     inline: dict[str, list[Any]] = field(default_factory=dict)
     """Values the record holds itself (format 3): channel → ``[type, bytes]``."""
+    blobbed: int | None = None
+    """Which versions have a blob (format 5; see ``CheckpointEnvelope.blobbed``)."""
     values: dict[str, StoredValue] = field(default_factory=dict)
     writes: list[WriteRow] = field(default_factory=list)
 

@@ -173,6 +173,7 @@ class TxnBase:
             flags=env.flags,
             run_id=env.run_id,
             inline=env.inline,
+            blobbed=env.blobbed,
         )
 
     def _envelope(self, key: bytes, raw: bytes) -> tuple[Any, dict[str, Version], dict[str, Any]]:
