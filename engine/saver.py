@@ -625,7 +625,8 @@ class DeltaLogSaver(
         load), values nobody references and writes without a checkpoint.
 
         Args:
-            thread_ids: Threads to check; all when None.
+            thread_ids: Threads to check (their records only); all when None, which
+                also checks every key and the name tables of the whole store.
             deep: Also deserialize every checkpoint, value and write.
 
         Returns:
