@@ -30,7 +30,8 @@ step        what changes on disk
             written in a shorter layout from then on (the format 4 layout
             still reads, so none is rewritten); a forward-link mark per
             (thread, ns) holding a checkpoint whose parent key is at least
-            its own (:func:`mark_forward_links`)
+            its own (:func:`mark_forward_links`); every checkpoint record
+            re-encoded with its blob mask (:func:`mask_blobs`)
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only
@@ -44,7 +45,7 @@ from typing import Any, Final, Protocol
 
 from deltalog.engine import keys
 from deltalog.engine.codec import RecordCodec, decode_dictionary, encode_dictionary, rekey
-from deltalog.engine.envelope import PARENT, split_write_value
+from deltalog.engine.envelope import PARENT, CheckpointEnvelope, split_write_value
 from deltalog.engine.errors import CorruptRecordError
 from deltalog.engine.names import (
     decode_name_id,
@@ -192,11 +193,48 @@ def mark_forward_links(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
             txn.put(keys.fwd_key(t, n), b"", db=dbs.meta)
 
 
+def mask_blobs(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
+    """Format 5: give every checkpoint record its ``blobbed`` mask (which of its versions
+    have a blob), so a blob lost later reads as damage, not as an empty channel.
+
+    Each record is decoded, its versions' blobs looked up and the record re-encoded
+    (with the store's dictionary); a record that cannot be read is left as it was.
+    """
+    channel_ids: dict[str, int | None] = {}
+
+    def channel_id(name: str) -> int | None:
+        if name not in channel_ids:
+            nkey = keys.name_key(keys.KIND_CHANNEL, name)
+            raw = txn.get(nkey, db=dbs.names)
+            found = None if raw is None else decode_name_id(nkey, bytes(raw), crc=True)
+            channel_ids[name] = None if found is None or found[1] not in (None, name) else found[0]
+        return channel_ids[name]
+
+    rows = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=dbs.checkpoints).iternext()]
+    for key, raw in rows:
+        what = f"checkpoints/{key.hex()}"
+        try:
+            (t, n), _ = keys.split_ids(key, 2)
+            env = CheckpointEnvelope.unpack(codec.decode(raw, what, key=key), what)
+        except Exception:
+            continue  # damaged: left for reads and verify to report
+        if env.blobbed is not None:
+            continue
+        mask = 0
+        for i, (channel, version) in enumerate(env.versions.items()):
+            c = None if channel in env.inline else channel_id(channel)
+            if c is not None and txn.get(keys.blob_key(t, n, c, version), db=dbs.blobs) is not None:
+                mask |= 1 << i
+        env.blobbed = mask
+        txn.put(key, codec.encode(env.pack(), key=key), db=dbs.checkpoints)
+
+
 def format_5(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
     """Format 5: records framed over their keys, and the memory store's item counts."""
     key_records(txn, dbs, codec)
     count_items(txn, dbs, codec)
     mark_forward_links(txn, dbs, codec)
+    mask_blobs(txn, dbs, codec)
 
 
 MIGRATIONS: Final[tuple[tuple[int, int, Migration], ...]] = (

@@ -159,6 +159,12 @@ def test_format_5_frames_every_record_over_its_key_and_a_damaged_one_does_not_bl
     assert not report.ok and any(victim_key.hex() in p.detail for p in report.problems)
     after = {db: dict(_raw_rows(path, db)) for db in rows}
     assert after["blobs"][victim_key] == damaged
+    with DeltaLogSaver.from_path(path) as saver:  # every record now says which blobs it has
+        with saver.env.read() as r:
+            ids = r.ids("chat", "")
+            assert ids is not None
+            rows_ = [r.checkpoint(*ids, cid, with_values=False) for cid in r.checkpoint_ids(*ids)]
+        assert rows_ and all(row is not None and row.blobbed is not None for row in rows_)
     for db, old_rows in rows.items():
         for key, old in old_rows:
             new = after[db][key]
@@ -167,8 +173,10 @@ def test_format_5_frames_every_record_over_its_key_and_a_damaged_one_does_not_bl
             if db == "writes":
                 end = 1 + new[0]
                 assert new[:end] == old[:end] and new[end] & KEYED and not old[end] & KEYED
-            else:
+            elif db == "blobs":
                 assert new[0] == old[0] | KEYED and new[1:-4] == old[1:-4]
+            else:  # checkpoints: re-encoded with their blob mask
+                assert new[0] & KEYED
 
 
 def test_upgrade_that_fails_leaves_the_old_format(tmp_path: Path) -> None:
