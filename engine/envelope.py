@@ -33,6 +33,19 @@ from deltalog.engine.store_rows import FLAG_HIDDEN, StoredValue, Typed, Version
 # on a read. A value is copied into every checkpoint while unchanged; the bound
 # caps that copy (PostgresSaver, which holds primitives the same way, has none).
 INLINE_MAX: Final = 512
+# The types a value must have (exactly) to be held inline.
+_SCALARS: Final = frozenset({type(None), bool, int, float, str})
+
+
+def is_scalar(value: Any) -> bool:
+    """``None``, a ``bool``, ``int``, ``float`` or ``str`` (exact types): what may be inline."""
+    return type(value) in _SCALARS
+
+
+def held_inline(value: Any, typed: Typed) -> bool:
+    """The inline rule (format 3): a value is held inside the checkpoint record when it
+    :func:`is_scalar` and its serialized bytes ``typed`` are at most :data:`INLINE_MAX`."""
+    return type(value) in _SCALARS and len(typed[1]) <= INLINE_MAX
 
 
 # Positions of the checkpoint record's fields (see CheckpointEnvelope).

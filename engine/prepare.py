@@ -12,11 +12,11 @@ bytes) is held by the checkpoint record itself instead of a blob.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 from deltalog.engine import keys
 from deltalog.engine.config import checkpoint_config, delta_counters, parse_config
-from deltalog.engine.envelope import INLINE_MAX
+from deltalog.engine.envelope import held_inline, is_scalar
 from deltalog.engine.errors import ConfigError, InvalidInputError
 from deltalog.engine.store_rows import BlobRow, Typed
 from deltalog.engine.values import dumps
@@ -36,7 +36,6 @@ __all__ = ["prepare_put", "prepare_writes"]
 # Exact types whose small values a checkpoint record holds itself (subclasses
 # such as enums go to blobs). The same set LangGraph's PostgresSaver keeps in
 # its checkpoint row; lists and dicts (growing values, delta seeds) never.
-_SCALARS: Final = frozenset({type(None), bool, int, float, str})
 
 
 def prepare_put(
@@ -74,7 +73,7 @@ def prepare_put(
             continue
         value = values[channel]
         typed = dumps(serde, value, f"channel {channel!r}")
-        if type(value) in _SCALARS and len(typed[1]) <= INLINE_MAX:
+        if held_inline(value, typed):
             inline[channel] = typed
         else:
             blobs.append(BlobRow(channel, version, typed))
@@ -114,9 +113,9 @@ def prepare_put(
     carry = [c for c in versions if c not in new_versions]
     passed: dict[str, Typed] = {}
     for c in carry:
-        if c in values and type(values[c]) in _SCALARS:
+        if c in values and is_scalar(values[c]):
             typed = dumps(serde, values[c], f"channel {c!r}")
-            if len(typed[1]) <= INLINE_MAX:
+            if held_inline(values[c], typed):
                 passed[c] = typed
 
     def op(w: WriteTxn) -> None:

@@ -11,7 +11,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from deltalog.engine import DeltaLogSaver, keys
-from deltalog.engine import prepare as prepare_module
+from deltalog.engine import envelope as envelope_module
 from deltalog.engine.envelope import INLINE_MAX
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
@@ -158,7 +158,7 @@ def test_records_without_held_values_still_read(
 ) -> None:
     """Stores written before format 3 keep scalars in blobs; both kinds mix in a thread."""
     saver = make_saver()
-    monkeypatch.setattr(prepare_module, "INLINE_MAX", -1)
+    monkeypatch.setattr(envelope_module, "INLINE_MAX", -1)
     first = put_values(saver, "t", {"a": "one", "b": 2})
     assert blob_channels(saver) == {"a", "b"}
     monkeypatch.undo()
