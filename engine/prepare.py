@@ -4,9 +4,9 @@ Every channel value, checkpoint body, metadata dict and write goes through the
 saver's ``serde`` here, in the caller's thread (the runtime may mutate what it
 passed as soon as ``put`` returns), and every id and version is checked, so the
 operation handed to the store's write transaction (or its group commit) holds
-bytes only. The inline rule lives here too: a small scalar (an exact
-``None``/``bool``/``int``/``float``/``str`` of at most ``INLINE_MAX`` serialized
-bytes) is held by the checkpoint record itself instead of a blob.
+bytes only. It applies the inline rule
+(:func:`deltalog.engine.envelope.held_inline`): a small scalar is held by the
+checkpoint record itself instead of a blob.
 """
 
 from __future__ import annotations
