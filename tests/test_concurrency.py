@@ -536,7 +536,7 @@ def test_a_withdrawn_next_leader_wakes_the_batch_left_to_it(
     make_saver: Callable[..., DeltaLogSaver],
 ) -> None:
     """A leader with a successor leaves its batch's callers to it: it wakes them once its
-    own ops ran (Store._lead). A successor interrupted before it starts, with no one queued
+    own ops ran (GroupCommit._lead). A successor interrupted before it starts, with no one queued
     behind it, wakes them itself; a caller of that batch never waits for a later write."""
     saver = make_saver()
     store = saver.env
@@ -720,7 +720,7 @@ async def _aput_chain(saver: DeltaLogSaver, thread_id: str, n: int) -> list[tupl
 async def test_async_writes_share_commits_without_a_thread_each(
     make_saver: Callable[..., DeltaLogSaver], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """R8: concurrent coroutines' puts are queued (Store.submit) and share commits; no thread
+    """R8: concurrent coroutines' puts are queued (Environment.submit) and share commits; no thread
     waits per pending write (the process gains at most the store's one lead thread), and every
     put that returned is stored."""
     saver = make_saver()
