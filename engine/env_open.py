@@ -63,6 +63,8 @@ IN_WRITE_OP: Final = threading.local()
 # How long fork() waits for this process's open transactions before giving up on
 # closing the environment for the child (see Environment._close_for_fork).
 _FORK_WAIT: Final = 5.0
+# Opening retries adopting a map another process grew this often (it may keep growing).
+_OPEN_RESIZE_RETRIES: Final = 8
 
 
 class RWLock:
@@ -364,37 +366,53 @@ class EnvironmentBase:
                 "Nothing was changed; point deltalog at a store folder"
             ) from exc
 
+    def _open_handles(self) -> dict[str, Any]:
+        """The named databases (created, with ``format_version``, by a writable open)."""
+        handles: dict[str, Any]
+        if self.readonly:
+            # Without txn=: py-lmdb opens (and commits) its own transaction, so
+            # the handles outlive it; a read transaction would discard them.
+            handles = {name: self.env.open_db(name.encode(), create=False) for name in DB_NAMES}
+            for name in MEMORY_DB_NAMES:
+                with contextlib.suppress(lmdb.NotFoundError):
+                    handles[name] = self.env.open_db(name.encode(), create=False)
+        else:
+            with self.env.begin(write=True) as txn:
+                meta = self.env.open_db(b"meta", txn=txn)
+                raw = txn.get(b"format_version", db=meta)
+                if raw is not None:
+                    # A newer or malformed format is refused before this
+                    # transaction creates anything (it aborts): the file stays as it was.
+                    read_format_version(raw, self.path)
+                handles = {
+                    name: self.env.open_db(name.encode(), txn=txn)
+                    for name in DB_NAMES + MEMORY_DB_NAMES
+                }
+                if raw is None:
+                    txn.put(
+                        b"format_version",
+                        ormsgpack.packb(keys.FORMAT_VERSION),
+                        db=handles["meta"],
+                    )
+        return handles
+
     def _init_dbs(self) -> None:
-        try:
-            if self.readonly:
-                # Without txn=: py-lmdb opens (and commits) its own transaction, so
-                # the handles outlive it; a read transaction would discard them.
-                handles = {name: self.env.open_db(name.encode(), create=False) for name in DB_NAMES}
-                for name in MEMORY_DB_NAMES:
-                    with contextlib.suppress(lmdb.NotFoundError):
-                        handles[name] = self.env.open_db(name.encode(), create=False)
-            else:
-                with self.env.begin(write=True) as txn:
-                    meta = self.env.open_db(b"meta", txn=txn)
-                    raw = txn.get(b"format_version", db=meta)
-                    if raw is not None:
-                        # A newer or malformed format is refused before this
-                        # transaction creates anything (it aborts): the file stays as it was.
-                        read_format_version(raw, self.path)
-                    handles = {
-                        name: self.env.open_db(name.encode(), txn=txn)
-                        for name in DB_NAMES + MEMORY_DB_NAMES
-                    }
-                    if raw is None:
-                        txn.put(
-                            b"format_version",
-                            ormsgpack.packb(keys.FORMAT_VERSION),
-                            db=handles["meta"],
-                        )
-        except lmdb.Error as exc:
-            raise StoreOpenError(
-                f"{self.path!r} is not a readable deltalog store ({type(exc).__name__}: {exc})"
-            ) from exc
+        for attempt in range(_OPEN_RESIZE_RETRIES + 1):
+            try:
+                handles = self._open_handles()
+                break
+            except lmdb.MapResizedError as exc:
+                # Another process grew the map since this one opened the file: adopt
+                # its size (no transaction of this environment is open yet) and retry.
+                if attempt == _OPEN_RESIZE_RETRIES:
+                    raise StoreOpenError(
+                        f"{self.path!r}: the map kept growing while it was opened ({exc})"
+                    ) from exc
+                self.env.set_mapsize(0)
+            except lmdb.Error as exc:
+                raise StoreOpenError(
+                    f"{self.path!r} is not a readable deltalog store ({type(exc).__name__}: {exc})"
+                ) from exc
         self._dbs = Dbs(**handles)
         with self.read() as r:
             version = read_format_version(
@@ -412,12 +430,23 @@ class EnvironmentBase:
         The version is read again inside the transaction: another process may
         have upgraded the store since this one looked. Returns the format now stored.
         """
-        with self.env.begin(write=True) as txn:
-            version = read_format_version(txn.get(b"format_version", db=self._dbs.meta), self.path)
-            for old, new, step in pending(version):
-                logger.info("upgrading store %s from format %d to %d", self.path, old, new)
-                step(txn, self._dbs, self.codec)
-            txn.put(b"format_version", ormsgpack.packb(keys.FORMAT_VERSION), db=self._dbs.meta)
+        for attempt in range(_OPEN_RESIZE_RETRIES + 1):
+            try:
+                txn = self.env.begin(write=True)
+            except lmdb.MapResizedError:  # another process grew the map: adopt it
+                if attempt == _OPEN_RESIZE_RETRIES:
+                    raise
+                self.env.set_mapsize(0)
+                continue
+            with txn:
+                version = read_format_version(
+                    txn.get(b"format_version", db=self._dbs.meta), self.path
+                )
+                for old, new, step in pending(version):
+                    logger.info("upgrading store %s from format %d to %d", self.path, old, new)
+                    step(txn, self._dbs, self.codec)
+                txn.put(b"format_version", ormsgpack.packb(keys.FORMAT_VERSION), db=self._dbs.meta)
+            break
         return keys.FORMAT_VERSION
 
     def _check_writable(self) -> None:
