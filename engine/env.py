@@ -194,15 +194,12 @@ class Environment(EnvironmentBase):
     def write(self, op: Callable[[WriteTxn], T], *, history_safe: bool = False) -> T:
         """Run ``op`` in a write transaction and commit it durably (R8).
 
-        With group commit, concurrent callers queue their ops; when no commit
-        is running, one of them leads: it takes every queued op and runs them in
-        one transaction (an op that raises fails alone: the transaction is
-        dropped with what it wrote and the others run again), commits once,
-        then wakes the callers it committed for.
-        While it commits, new ops queue up for the next leader. Every caller
-        returns only after the commit holding its op is done, so a returned
-        write is as durable as with one commit each. ``op`` may run more than
-        once (map growth retries it) and must only touch the transaction.
+        Concurrent callers share transactions and fsyncs through group commit
+        (:meth:`GroupCommit.write <deltalog.engine.group_commit.GroupCommit.write>`
+        says how); a returned write is as durable as with one commit each.
+        ``op`` may run more than once (map growth retries it, and a failing op
+        of the same batch makes the others run again) and must only touch the
+        transaction.
 
         ``history_safe`` declares that ``op`` is short and changes records only
         through :meth:`WriteTxn.put_checkpoint`, :meth:`WriteTxn.put_writes` and
@@ -222,15 +219,10 @@ class Environment(EnvironmentBase):
         *,
         history_safe: bool = False,
     ) -> None:
-        """Queue ``op`` for the next group commit without waiting for it (async callers).
-
-        ``notify(error, value)`` is called once the commit holding ``op`` is
-        durable (``error`` None, ``value`` what ``op`` returned) or failed, on
-        the thread that committed it: it must only hand the result over (e.g.
-        with ``loop.call_soon_threadsafe``). If no commit is running, a leader task
-        on the store's lead thread takes the queue, so the caller never blocks
-        and no thread waits per queued op. Same durability as :meth:`write`.
-        """
+        """Queue ``op`` for the next group commit without waiting for it (async callers):
+        :meth:`GroupCommit.submit <deltalog.engine.group_commit.GroupCommit.submit>`
+        (``notify(error, value)`` once the commit is durable or failed), with
+        ``history_safe`` as for :meth:`write`."""
         self._check_writable()
         self.commits.submit(op, notify, history_safe=history_safe)
 

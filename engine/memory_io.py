@@ -466,31 +466,17 @@ class MemoryReader:
         """Every item of one namespace in key order, with its ``items`` key."""
         if self.items_db is None:
             return
-        prefix = keys.item_prefix(ns_id)
-        cur = self.txn.cursor(db=self.items_db)
-        ok = cur.set_range(prefix)
-        while ok:
-            key = cur.key()
-            if not key.startswith(prefix):
-                return
-            yield bytes(key), self._item(namespace, key, cur.value())
-            ok = cur.next()
+        for key, raw in self._prefixed(self.items_db, keys.item_prefix(ns_id)):
+            yield key, self._item(namespace, key, raw)
 
     def has_live(self, ns_id: int, now_ms: int) -> bool:
         """Whether the namespace holds an item that has not expired."""
         if self.items_db is None:
             return False
-        prefix = keys.item_prefix(ns_id)
-        cur = self.txn.cursor(db=self.items_db)
-        ok = cur.set_range(prefix)
-        while ok:
-            key = cur.key()
-            if not key.startswith(prefix):
-                return False
-            expires = self._item((), key, cur.value()).expires_ms
+        for key, raw in self._prefixed(self.items_db, keys.item_prefix(ns_id)):
+            expires = self._item((), key, raw).expires_ms
             if expires is None or expires > now_ms:
                 return True
-            ok = cur.next()
         return False
 
     def vectors(self, item: bytes) -> list[VectorRecord]:
@@ -504,10 +490,7 @@ class MemoryReader:
             key = cur.key()
             if not (key.startswith(item) and len(key) == len(item) + 2):
                 break
-            rec = self.codec.decode(cur.value(), f"item_vectors {key.hex()}", key=bytes(key))
-            if not (isinstance(rec, list) and len(rec) == 3):
-                raise CorruptRecordError(f"item_vectors {key.hex()} is not a vector record")
-            out.append(VectorRecord(rec[0], rec[1], rec[2]))
+            out.append(self._vector(bytes(key), cur.value()))
             ok = cur.next()
         return out
 
@@ -519,18 +502,26 @@ class MemoryReader:
         """
         if self.vectors_db is None:
             return
-        prefix = keys.item_prefix(ns_id)
-        cur = self.txn.cursor(db=self.vectors_db)
+        for key, raw in self._prefixed(self.vectors_db, keys.item_prefix(ns_id)):
+            yield key[:-2], self._vector(key, raw)
+
+    def _prefixed(self, db: Any, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) of every record of ``db`` under ``prefix``, in key order (one cursor)."""
+        cur = self.txn.cursor(db=db)
         ok = cur.set_range(prefix)
         while ok:
-            key = cur.key()
+            key = bytes(cur.key())
             if not key.startswith(prefix):
                 return
-            rec = self.codec.decode(cur.value(), f"item_vectors {bytes(key).hex()}", key=bytes(key))
-            if not (isinstance(rec, list) and len(rec) == 3):
-                raise CorruptRecordError(f"item_vectors {bytes(key).hex()} is not a vector record")
-            yield bytes(key[:-2]), VectorRecord(rec[0], rec[1], rec[2])
+            yield key, cur.value()
             ok = cur.next()
+
+    def _vector(self, key: bytes, raw: bytes) -> VectorRecord:
+        """A vector record, CRC-checked over its key and shape-checked."""
+        rec = self.codec.decode(raw, f"item_vectors {key.hex()}", key=key)
+        if not (isinstance(rec, list) and len(rec) == 3):
+            raise CorruptRecordError(f"item_vectors {key.hex()} is not a vector record")
+        return VectorRecord(rec[0], rec[1], rec[2])
 
     def item_vectors(self, ns_id: int, key: str) -> list[VectorRecord]:
         """The vector records of the item at (namespace id, key)."""
