@@ -247,6 +247,9 @@ class CachePolicy:
     """Remembered delta histories (:class:`~deltalog.engine.memo.HistoryMemo`); 0 turns it off."""
     memo_bytes: int = 64 * 1024**2
     """The bytes those histories hold."""
+    item_entries: int = 50_000
+    """Memory-store items kept decoded for ``get`` (:class:`~deltalog.engine.memory_gets.GetCache`:
+    those this process read or wrote last); 0 turns it off."""
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -191,6 +191,19 @@ class Environment(EnvironmentBase):
         """One consistent read transaction (a snapshot), as a context manager. Keep it short."""
         return _Read(self)
 
+    def last_txnid(self) -> int:
+        """The id of the newest transaction committed to the file, by any process,
+        read without a transaction (``mdb_env_info``). Equal to a read
+        transaction's ``id()`` iff nothing was committed since it began."""
+        self._check_pid()
+        self._rw.acquire_read()  # map growth remaps the meta pages it reads
+        try:
+            return int(self.env.info()["last_txnid"])
+        except lmdb.Error as exc:
+            raise translate_error(exc, self.path) from exc
+        finally:
+            self._rw.release_read()
+
     def write(self, op: Callable[[WriteTxn], T], *, history_safe: bool = False) -> T:
         """Run ``op`` in a write transaction and commit it durably (R8).
 

@@ -24,10 +24,12 @@ from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from deltalog.engine import keys
 from deltalog.engine import memory_core as core
 from deltalog.engine.cache import gc_paused
 from deltalog.engine.env import Environment
 from deltalog.engine.errors import DeltaLogError, EmbeddingError, ItemValueError
+from deltalog.engine.memory_gets import MISSING
 from deltalog.engine.memory_io import (
     Changes,
     ItemRecord,
@@ -345,9 +347,8 @@ class DeltaLogStore(MemorySearch, BaseStore):
         if refresh_ttl is None:
             refresh_ttl = self.ttl_config.get("refresh_on_read", True) if self.ttl_config else True
         now_ms = int(self._clock() * 1000)
-        with self.env.read() as r:
-            rec = self._get(MemoryReader(r), ns, key, now_ms)
-        if rec is None:
+        rec = self._get_cached(ns, key)
+        if rec is None or core.is_expired(rec.expires_ms, now_ms):
             return None
         if refresh_ttl and rec.ttl_minutes is not None and not self.env.readonly:
             refresh = [_Refresh(ns, key)]
@@ -358,7 +359,29 @@ class DeltaLogStore(MemorySearch, BaseStore):
                 return writer.changes
 
             apply_changes(self.env, self.env.write(refresh_op, history_safe=True))
-        return _item(rec)
+        return _item(rec, copy=True)
+
+    def _get_cached(self, ns: tuple[str, ...], key: str) -> ItemRecord | None:
+        """The item at (ns, key) as stored (expired or not; shared: copy its value),
+        from the get cache when nothing was committed since it was filled."""
+        gets = self._directory.gets
+        ns_id = self._directory.by_labels.get(ns)
+        ikey = keys.item_key(ns_id, key) if ns_id is not None else b""
+        found = gets.hit(self.env.last_txnid(), ikey) if ns_id is not None else MISSING
+        if found is MISSING:
+            with self.env.read() as r:
+                reader = MemoryReader(r)
+                state = reader.change_state()
+                gets.seen(state, int(r.txn.id()))
+                if ns_id is None:
+                    ns_id = reader.ns_id(ns)
+                    if ns_id is None:
+                        return None
+                    ikey = keys.item_key(ns_id, key)
+                found = reader.item_at(ikey, ns)
+            gets.remember(state, ikey, found)
+        # A long key is hashed into its LMDB key: the record names the key it holds.
+        return found if found is not None and found.key == key else None
 
     # -- planning (pure) ----------------------------------------------------------------
 

@@ -19,6 +19,7 @@ import math
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from deltalog.engine import keys
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OPERATORS",
+    "Changes",
+    "ItemRecord",
     "best_scores",
     "check_filter",
     "check_ttl",
@@ -508,3 +511,33 @@ def ranked_rows(
         if k >= valid:
             return
         k *= 4
+
+
+@dataclass
+class Changes:
+    """What one write op changed, for the in-RAM matrices after its commit.
+
+    ``before``/``after`` are the change counter around the op (``before`` None:
+    the store had no counter yet); ``vectors`` maps each item key whose vectors
+    were replaced to its vectors now (empty: none, the item may be gone);
+    ``items`` each item key written to its record now (None: deleted).
+    """
+
+    before: int | None
+    after: int
+    vectors: dict[bytes, list[bytes]] = field(default_factory=dict)
+    items: dict[bytes, ItemRecord | None] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ItemRecord:
+    """One stored item as decoded from ``items`` (treat as read-only; not frozen
+    because a frozen dataclass costs ~3 us more per item decoded)."""
+
+    namespace: tuple[str, ...]
+    key: str
+    value: dict[str, Any]
+    created_us: int
+    updated_us: int
+    ttl_minutes: float | None
+    expires_ms: int | None

@@ -30,7 +30,7 @@ import hashlib
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from deltalog.engine import keys
@@ -38,12 +38,15 @@ from deltalog.engine.codec import frame_plain
 from deltalog.engine.env import Environment
 from deltalog.engine.errors import CorruptRecordError, DeltaLogError
 from deltalog.engine.memory_core import (
+    Changes,
+    ItemRecord,
     decode_counter,
     decode_counts,
     encode_counter,
     encode_counts,
     ns_of,
 )
+from deltalog.engine.memory_gets import GetCache
 from deltalog.engine.read_txn import ReadTxn
 from deltalog.engine.write_txn import WriteTxn
 
@@ -112,36 +115,6 @@ def _inline_key(ikey: bytes) -> str:
     if end != len(ikey):
         raise ValueError("trailing bytes after the key")
     return name
-
-
-@dataclass
-class Changes:
-    """What one write op changed, for the in-RAM matrices after its commit.
-
-    ``before``/``after`` are the change counter around the op (``before`` None:
-    the store had no counter yet); ``vectors`` maps each item key whose vectors
-    were replaced to its vectors now (empty: none, the item may be gone);
-    ``items`` each item key written to its record now (None: deleted).
-    """
-
-    before: int | None
-    after: int
-    vectors: dict[bytes, list[bytes]] = field(default_factory=dict)
-    items: dict[bytes, ItemRecord | None] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class ItemRecord:
-    """One stored item as decoded from ``items`` (treat as read-only; not frozen
-    because a frozen dataclass costs ~3 us more per item decoded)."""
-
-    namespace: tuple[str, ...]
-    key: str
-    value: dict[str, Any]
-    created_us: int
-    updated_us: int
-    ttl_minutes: float | None
-    expires_ms: int | None
 
 
 @dataclass(frozen=True)
@@ -271,7 +244,7 @@ class NamespaceDirectory:
     the commit (:meth:`learn`), so an aborted transaction leaves none behind.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, item_entries: int = 0) -> None:
         self._lock = threading.Lock()
         self.by_id: dict[int, tuple[str, ...]] = {}
         self.by_labels: dict[tuple[str, ...], int] = {}
@@ -282,6 +255,8 @@ class NamespaceDirectory:
         self.live = ((-1, -1), [], [])
         #: Decoded items of the latest snapshot state a search read.
         self.cache = ItemCache((-1, -1))
+        #: Items of the latest state, for ``get`` (see :mod:`deltalog.engine.memory_gets`).
+        self.gets = GetCache(item_entries)
         # Ids up to this one were read from disk. Ids learned from this
         # process's commits do not move it: older ids may be unread yet.
         self._loaded = 0
@@ -326,7 +301,7 @@ def directory(store: Environment) -> NamespaceDirectory:
     with _DIRECTORIES_LOCK:
         found = _DIRECTORIES.get(store)
         if found is None:
-            found = _DIRECTORIES[store] = NamespaceDirectory()
+            found = _DIRECTORIES[store] = NamespaceDirectory(store.caches.item_entries)
         return found
 
 
@@ -934,6 +909,7 @@ def apply_changes(store: Environment, changes: Changes | None) -> None:
     for matrix in matrices:
         matrix.apply(changes)
     if found is not None:
+        found.gets.after(changes)
         cache = found.cache.after(changes)
         if cache is not None:
             found.cache = cache

@@ -278,10 +278,10 @@ def _dt(us: int) -> datetime:
     return _EPOCH + timedelta(microseconds=us)
 
 
-def _item(rec: ItemRecord) -> Item:
+def _item(rec: ItemRecord, *, copy: bool = False) -> Item:
     created = _dt(rec.created_us)
     return Item(
-        value=rec.value,
+        value=core.copy_value(rec.value) if copy else rec.value,
         key=rec.key,
         namespace=rec.namespace,
         created_at=created,

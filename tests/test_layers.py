@@ -59,6 +59,7 @@ LAYERS: dict[str, str] = {
     "deltalog.engine.write_txn": "storage",
     "deltalog.engine.table_check": "storage",
     "deltalog.engine.memory_io": "storage",
+    "deltalog.engine.memory_gets": "storage",
     "deltalog.engine.memory_export": "storage",
     "deltalog.engine.memo": "storage",
     "deltalog.engine.cache": "storage",
