@@ -235,7 +235,11 @@ def _json(value: Any, what: str, path: str, depth: int) -> Any:
 
 def copy_value(value: dict[str, Any]) -> dict[str, Any]:
     """A deep copy of a checked JSON value (dicts, lists, scalars)."""
-    return {k: _copy(v) for k, v in value.items()}
+    out = dict(value)  # scalars are shared; only containers need copies
+    for k, v in value.items():
+        if type(v) is dict or type(v) is list:
+            out[k] = _copy(v)
+    return out
 
 
 def _copy(v: Any) -> Any:
