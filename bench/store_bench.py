@@ -36,6 +36,7 @@ import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ __all__ = ["StoreResult", "main", "run_store_bench"]
 
 DIMS = 64
 NAMESPACES = 1000
+#: Writer threads of the concurrent-puts figure (each its own namespace).
+WRITERS = 8
 
 
 @dataclass
@@ -56,6 +59,7 @@ class StoreResult:
 
     name: str
     single_puts_s: float | None = None
+    concurrent_puts_s: float | None = None
     batch_puts_s: float | None = None
     get_p50_us: float | None = None
     get_p99_us: float | None = None
@@ -184,6 +188,7 @@ def measure(
             for i in range(singles):
                 store.put(("single",), f"s{i}", {"n": i}, index=False)
             result.single_puts_s = singles / (time.perf_counter() - start)
+            result.concurrent_puts_s = _concurrent_puts(store, WRITERS, max(10, singles // 4))
             start = time.perf_counter()
             for lo in range(0, n, 100):
                 store.batch(
@@ -221,6 +226,32 @@ def measure(
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return result
+
+
+def _concurrent_puts(store: Any, writers: int, each: int) -> float:
+    """Single durable puts per second with ``writers`` threads putting at once."""
+    barrier = threading.Barrier(writers + 1)
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        barrier.wait()
+        try:
+            for i in range(each):
+                store.put(("concurrent", f"w{n}"), f"c{i}", {"n": i}, index=False)
+        except BaseException as exc:  # reported below: a failed put fails the figure
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise RuntimeError(f"a concurrent put failed: {errors[0]!r}") from errors[0]
+    return writers * each / elapsed
 
 
 def _plain_bytes(n: int, singles: int, folder: Path) -> int | None:
@@ -266,6 +297,7 @@ def run_store_bench(
 _ROWS: list[tuple[str, str, bool, float | None, str]] = [
     # label, attribute, higher is better, target ratio vs SqliteStore, unit
     ("single durable puts", "single_puts_s", True, 2.0, "/s"),
+    (f"durable puts, {WRITERS} threads", "concurrent_puts_s", True, 5.0, "/s"),
     ("batched puts", "batch_puts_s", True, None, "/s"),
     ("get p50", "get_p50_us", False, 0.5, " µs"),
     ("get p99", "get_p99_us", False, None, " µs"),

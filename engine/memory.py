@@ -467,10 +467,13 @@ class DeltaLogStore(MemorySearch, BaseStore):
         if not wanted:
             return []
         stored: dict[_Key, dict[tuple[str, bytes], VectorRecord]] = {}
+        known = self._directory.by_labels
         with self.env.read() as r:
             reader = MemoryReader(r)
             for k in {k for k, _, _ in wanted}:
-                ns_id = reader.ns_id(k[0])
+                ns_id = known.get(k[0])
+                if ns_id is None:
+                    ns_id = reader.ns_id(k[0])
                 if ns_id is not None:
                     stored[k] = {(v.path, v.digest): v for v in reader.item_vectors(ns_id, k[1])}
         todo: list[tuple[tuple[_Key, int], str]] = []
@@ -512,12 +515,22 @@ class DeltaLogStore(MemorySearch, BaseStore):
                 f"the embedder returned {len(got)} vectors for {len(texts)} texts; nothing "
                 "was written"
             )
-        for ((k, slot), text), vec in zip(texts, got, strict=False):
-            checked = self._check_vector(vec, f"text {text!r:.60}")
-            put = plan.puts[k]
-            put.vectors[slot] = replace(
-                put.vectors[slot], vector=np.asarray(checked, dtype=np.float32).tobytes()
-            )
+        dims = self.index_config["dims"] if self.index_config else 0
+        try:  # the whole batch at once; anything odd takes the checks one by one
+            rows = np.asarray(got, dtype=np.float64)
+            fast = rows.shape == (len(texts), dims) and bool(np.isfinite(rows).all())
+        except (TypeError, ValueError):
+            fast = False
+        if fast:
+            blobs = [row.tobytes() for row in rows.astype(np.float32)]
+        else:
+            blobs = [
+                np.asarray(self._check_vector(vec, f"text {text!r:.60}"), dtype=np.float32).tobytes()
+                for (_, text), vec in zip(texts, got, strict=False)
+            ]
+        for ((k, slot), _), blob in zip(texts, blobs, strict=True):
+            old = plan.puts[k].vectors[slot]
+            plan.puts[k].vectors[slot] = VectorRecord(old.path, old.digest, blob)
 
     # -- execution ----------------------------------------------------------------------
 
@@ -616,14 +629,20 @@ class DeltaLogStore(MemorySearch, BaseStore):
             )
 
     def _apply_puts(self, writer: MemoryWriter, plan: _Plan, now_ms: int, now_us: int) -> None:
+        # Namespace ids are never reused or deleted: one the directory knows is
+        # in the file (a lookup there reads and checks two records).
+        known = self._directory.by_labels
         for (ns, key), put in plan.puts.items():
+            ns_id = known.get(ns)
             if put.value is None:
-                ns_id = writer.ns_id(ns)
+                if ns_id is None:
+                    ns_id = writer.ns_id(ns)
                 old = writer.get(ns_id, ns, key) if ns_id is not None else None
                 if ns_id is not None and old is not None:
                     writer.delete_item(ns_id, old)
                 continue
-            ns_id = writer.intern_ns(ns)
+            if ns_id is None:
+                ns_id = writer.intern_ns(ns)
             old = writer.get(ns_id, ns, key)
             live = old is not None and not core.is_expired(old.expires_ms, now_ms)
             rec = ItemRecord(
