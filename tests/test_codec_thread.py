@@ -1,0 +1,85 @@
+"""Delta (de)compression runs on one codec thread (engine/codec.py, issue 18.2).
+
+Its multi-MB zstd contexts then live in one glibc arena instead of one per
+LangGraph pool thread; these tests pin where the work runs and that the
+thread survives what callers do: many threads at once, fork, a nested call.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+import threading
+
+import pytest
+from deltalog.engine import codec
+from deltalog.engine.codec import ZstdCompressor
+
+
+def _pair(seed: int) -> tuple[bytes, bytes]:
+    rng = random.Random(seed)
+    base = bytes(rng.getrandbits(8) for _ in range(200_000))
+    return base, base[:150_000] + b"new tail %d" % seed + base[150_000:]
+
+
+def test_deltas_run_on_one_codec_thread_and_round_trip() -> None:
+    """Eight threads compressing against bases all hand the work to the same thread."""
+    seen: set[str] = set()
+    original = codec._compress_with_base
+
+    def spy(data: bytes, base: bytes, tail: bytes, level: int) -> bytes:
+        seen.add(threading.current_thread().name)
+        return original(data, base, tail, level)
+
+    z = ZstdCompressor()
+    errors: list[str] = []
+
+    def worker(n: int) -> None:
+        base, data = _pair(n)
+        packed = z.compress_with_base(data, base[:100_000], 6, base[100_000:])
+        if len(packed) > len(data) // 8:
+            errors.append(f"{n}: delta of {len(packed)} bytes")
+        if z.decompress_with_base(packed, base[:100_000], base[100_000:]) != data:
+            errors.append(f"{n}: round trip differs")
+
+    codec._compress_with_base = spy
+    try:
+        threads = [threading.Thread(target=worker, args=(n,), name=f"caller-{n}") for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        codec._compress_with_base = original
+    assert errors == []
+    assert len(seen) == 1 and next(iter(seen)).startswith("deltalog-codec")
+
+
+def test_a_job_submitted_from_the_codec_thread_runs_inline() -> None:
+    """A nested call does not wait on itself."""
+
+    def nested(data: bytes) -> bytes:
+        return codec._on_codec_thread(lambda d: d + b"!", data)
+
+    assert codec._on_codec_thread(nested, b"x") == b"x!"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+@pytest.mark.timeout(60)
+def test_a_forked_child_gets_its_own_codec_thread() -> None:
+    """After fork() the parent's worker is gone; the child starts one of its own."""
+    z = ZstdCompressor()
+    base, data = _pair(1)
+    packed = z.compress_with_base(data, base)  # the parent's thread exists now
+    pid = os.fork()
+    if pid == 0:  # the child: exit status tells the parent what happened
+        signal.alarm(20)  # a hang (no worker in the child) kills it
+        try:
+            ok = z.decompress_with_base(packed, base) == data
+            os._exit(0 if ok else 3)
+        except BaseException:
+            os._exit(4)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, sys.platform
