@@ -525,7 +525,9 @@ class DeltaLogStore(MemorySearch, BaseStore):
             blobs = [row.tobytes() for row in rows.astype(np.float32)]
         else:
             blobs = [
-                np.asarray(self._check_vector(vec, f"text {text!r:.60}"), dtype=np.float32).tobytes()
+                np.asarray(
+                    self._check_vector(vec, f"text {text!r:.60}"), dtype=np.float32
+                ).tobytes()
                 for (_, text), vec in zip(texts, got, strict=False)
             ]
         for ((k, slot), _), blob in zip(texts, blobs, strict=True):
