@@ -508,6 +508,32 @@ def connect_sqlite(uri: str, file: str, **options: Any) -> sqlite3.Connection:
     return conn
 
 
+def setup_sqlite(uri: str, file: str, target: Any) -> None:
+    """Run ``target.setup()`` (a SqliteSaver or SqliteStore), naming the file if it fails."""
+    try:
+        target.setup()
+    except sqlite3.Error as exc:
+        raise MigrationError(
+            f"{uri}: {file!r} is not a usable SQLite database ({exc}); check the path "
+            "and that it is a file you may write"
+        ) from None
+
+
+@contextlib.contextmanager
+def postgres_errors(uri: str) -> Iterator[None]:
+    """Re-raise psycopg's errors as :class:`MigrationError` naming the server (no password)."""
+    try:
+        yield
+    except DeltaLogError:
+        raise
+    except Exception as exc:
+        if type(exc).__module__.startswith("psycopg"):
+            raise MigrationError(
+                f"PostgreSQL at {describe_uri(uri)}: {' '.join(str(exc).split())}"
+            ) from exc
+        raise
+
+
 @contextlib.contextmanager
 def open_saver_uri(uri: str, *, serde: SerializerProtocol | None = None) -> Iterator[Saver]:
     """Open the saver a URI names (with ``serde``, else its default) and close it afterwards.
@@ -534,13 +560,7 @@ def open_saver_uri(uri: str, *, serde: SerializerProtocol | None = None) -> Iter
         conn = connect_sqlite(uri, file)
         try:
             sqlite_saver = SqliteSaver(conn, serde=serde)
-            try:
-                sqlite_saver.setup()
-            except sqlite3.Error as exc:
-                raise MigrationError(
-                    f"{uri}: {file!r} is not a usable SQLite database ({exc}); check the path "
-                    "and that it is a file you may write"
-                ) from None
+            setup_sqlite(uri, file, sqlite_saver)
             yield sqlite_saver
         finally:
             conn.close()
@@ -552,20 +572,11 @@ def open_saver_uri(uri: str, *, serde: SerializerProtocol | None = None) -> Iter
                 "postgresql:// targets need langgraph-checkpoint-postgres; "
                 "pip install 'deltalog[postgres]'"
             ) from exc
-        try:
-            with PostgresSaver.from_conn_string(uri) as pg_saver:
-                if serde is not None:
-                    pg_saver.serde = serde
-                pg_saver.setup()
-                yield pg_saver
-        except DeltaLogError:
-            raise
-        except Exception as exc:
-            if type(exc).__module__.startswith("psycopg"):
-                raise MigrationError(
-                    f"PostgreSQL at {describe_uri(uri)}: {' '.join(str(exc).split())}"
-                ) from exc
-            raise
+        with postgres_errors(uri), PostgresSaver.from_conn_string(uri) as pg_saver:
+            if serde is not None:
+                pg_saver.serde = serde
+            pg_saver.setup()
+            yield pg_saver
     elif uri.startswith("deltalog:"):
         with DeltaLogSaver.from_path(uri[len("deltalog:") :], serde=serde) as dl_saver:
             yield dl_saver

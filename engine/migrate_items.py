@@ -26,13 +26,12 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
-from deltalog.engine.errors import DeltaLogError, MigrationError
+from deltalog.engine.errors import MigrationError
 from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
 __all__ = ["ItemsReport", "StoreItem", "copy_items", "open_store_uri", "source_items"]
@@ -183,7 +182,13 @@ def open_store_uri(uri: str) -> Iterator[BaseStore]:
         MigrationError: Unknown scheme, the store's package is missing, or the
             database cannot be opened.
     """
-    from deltalog.engine.migrate import _SQLITE, connect_sqlite, describe_uri
+    from deltalog.engine.migrate import (
+        _SQLITE,
+        connect_sqlite,
+        describe_uri,
+        postgres_errors,
+        setup_sqlite,
+    )
 
     if m := _SQLITE.match(uri):
         try:
@@ -197,12 +202,7 @@ def open_store_uri(uri: str) -> Iterator[BaseStore]:
         conn = connect_sqlite(uri, file, isolation_level=None)
         try:
             store = SqliteStore(conn)
-            try:
-                store.setup()
-            except sqlite3.Error as exc:
-                raise MigrationError(
-                    f"{uri}: {file!r} is not a usable SQLite database ({exc})"
-                ) from None
+            setup_sqlite(uri, file, store)
             yield store
         finally:
             conn.close()
@@ -214,18 +214,9 @@ def open_store_uri(uri: str) -> Iterator[BaseStore]:
                 "postgresql:// stores need langgraph-checkpoint-postgres; "
                 "pip install 'deltalog[postgres]'"
             ) from exc
-        try:
-            with PostgresStore.from_conn_string(uri) as pg_store:
-                pg_store.setup()
-                yield pg_store
-        except DeltaLogError:
-            raise
-        except Exception as exc:
-            if type(exc).__module__.startswith("psycopg"):
-                raise MigrationError(
-                    f"PostgreSQL at {describe_uri(uri)}: {' '.join(str(exc).split())}"
-                ) from exc
-            raise
+        with postgres_errors(uri), PostgresStore.from_conn_string(uri) as pg_store:
+            pg_store.setup()
+            yield pg_store
     elif uri.startswith("deltalog:"):
         from deltalog.engine.memory import DeltaLogStore
 
