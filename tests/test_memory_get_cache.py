@@ -184,3 +184,54 @@ def test_commits_applied_out_of_order() -> None:
         assert cache.entries.get(b"o", MISSING) in (MISSING, None)
         cache.seen((0, 7), 51)  # the next get's read confirms it
         assert cache.hit(51, b"k") is k
+
+
+_COUNTER_WRITER = textwrap.dedent(
+    """
+    import sys
+    from deltalog.engine import DeltaLogSaver, DeltaLogStore
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    path, rounds = sys.argv[1], int(sys.argv[2])
+    with DeltaLogSaver.from_path(path) as saver:
+        store = DeltaLogStore.from_saver(saver)
+        config = {"configurable": {"thread_id": "w", "checkpoint_ns": ""}}
+        for n in range(1, rounds + 1):
+            store.put(("c",), "counter", {"n": n})
+            if n % 3 == 0:  # commits that move the transaction id, not the memory
+                saver.put(config, empty_checkpoint(), {}, {})
+    """
+)
+
+
+def test_reads_never_go_back_while_another_process_writes(tmp_path: Path) -> None:
+    """Gets of a counter another process increments never return an older value
+    than one already returned, and end at the last one, while this process's
+    own puts on other keys interleave with them: each of those commits starts
+    from a state the cache has not seen, which must drop what it held (with
+    that reset removed the final read returned 298 of 300)."""
+    path = tmp_path / "m"
+    rounds = 300
+    with DeltaLogStore.from_path(path) as store:
+        store.put(("c",), "counter", {"n": 0})
+        writer = subprocess.Popen([sys.executable, "-c", _COUNTER_WRITER, str(path), str(rounds)])
+        seen = [0]
+        try:
+            i = 0
+            while writer.poll() is None:
+                got = store.get(("c",), "counter")
+                assert got is not None
+                n = got.value["n"]
+                assert n >= seen[-1], f"read {n} after {seen[-1]}"
+                seen.append(n)
+                if i % 7 == 0:  # now and then a put of this process's own
+                    store.put(("mine",), f"k{i % 5}", {"i": i})
+                    assert store.get(("mine",), f"k{i % 5}").value == {"i": i}  # type: ignore[union-attr]
+                i += 1
+        finally:
+            writer.wait(timeout=120)
+        assert writer.returncode == 0
+        # Reads only from here: nothing of this process's resets the cache.
+        for _ in range(3):
+            assert store.get(("c",), "counter").value == {"n": rounds}  # type: ignore[union-attr]
+        assert len(set(seen)) > 2  # the reads overlapped the writes
