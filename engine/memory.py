@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from deltalog.engine import keys
@@ -42,6 +41,7 @@ from deltalog.engine.memory_io import (
 )
 from deltalog.engine.memory_search import MemorySearch, _item
 from deltalog.engine.memory_ttl import Stopped, SweepCount, SweeperFuture
+from deltalog.engine.shared import ClosingContext
 from deltalog.engine.write_txn import WriteTxn
 from langchain_core.embeddings import Embeddings
 from langgraph.store.base import (
@@ -100,7 +100,7 @@ class _Refresh:
     key: str
 
 
-class DeltaLogStore(MemorySearch, BaseStore):
+class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
     """LangGraph's ``BaseStore`` on a deltalog LMDB environment (sync and async).
 
     Items live in the same file as the checkpoints: one backup, one copy.
@@ -237,26 +237,8 @@ class DeltaLogStore(MemorySearch, BaseStore):
             self.owns_env = False
             self.env.close()
 
-    def __enter__(self) -> DeltaLogStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> DeltaLogStore:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _aclose(self) -> None:
+        """``async with`` exit: stop the sweeper on the loop, then close."""
         await self.astop_ttl_sweeper()
         self.close()
 

@@ -63,7 +63,7 @@ from deltalog.engine.maintenance import Maintenance
 from deltalog.engine.prepare import prepare_put, prepare_writes
 from deltalog.engine.reads import export_rows, list_rows
 from deltalog.engine.reports import CompactReport, CopyReport, RemovalReport, VerifyReport
-from deltalog.engine.shared import open_path, open_shared, release_shared
+from deltalog.engine.shared import ClosingContext, open_path, open_shared, release_shared
 from deltalog.engine.store_rows import (
     CheckpointRow,
     DeltaHistory,
@@ -103,11 +103,7 @@ _open_shared = open_shared
 _release_shared = release_shared
 
 
-class DeltaLogSaver(
-    BaseCheckpointSaver[str],
-    AbstractContextManager["DeltaLogSaver"],
-    AbstractAsyncContextManager["DeltaLogSaver"],
-):
+class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
     """A LangGraph checkpoint saver on an embedded LMDB event log.
 
     Sync and async in one class. Every write is one LMDB transaction (R8);
@@ -270,28 +266,6 @@ class DeltaLogSaver(
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir = None
-
-    def __enter__(self) -> DeltaLogSaver:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> DeltaLogSaver:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- serialization helpers -----------------------------------------------------------
 

@@ -13,14 +13,51 @@ import os
 import shutil
 import tempfile
 import threading
-from typing import Any
+from types import TracebackType
+from typing import Any, TypeVar
 
 from deltalog.engine.codec import RecordCodec
 from deltalog.engine.config import MEMORY
 from deltalog.engine.env import Environment
 from deltalog.engine.errors import InvalidInputError
 
-__all__ = ["open_path", "open_shared", "release_shared"]
+__all__ = ["ClosingContext", "open_path", "open_shared", "release_shared"]
+
+_C = TypeVar("_C", bound="ClosingContext")
+
+
+class ClosingContext:
+    """``with`` and ``async with`` for the saver and the memory store: both
+    return the object itself and close it on exit (``async with`` through
+    :meth:`_aclose`, which a subclass extends)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    async def _aclose(self) -> None:
+        self.close()
+
+    def __enter__(self: _C) -> _C:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self: _C) -> _C:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._aclose()
 
 
 # One environment per path and process: LMDB (and py-lmdb) refuse a second
