@@ -538,17 +538,23 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
                 apply_changes(self.env, self.env.write(refresh_op, history_safe=True))
             return results
 
+        puts_only = all(isinstance(o, PutOp) for o in plan.ops)
+
         def op(
             w: WriteTxn,
         ) -> tuple[list[Result], dict[tuple[str, ...], int], Changes | None]:
             writer = MemoryWriter(w)
-            results, refresh = self._reads(writer, plan, now_ms)
-            self._refresh(writer, refresh, now_ms)
+            if puts_only:  # every result is None; nothing to read or refresh
+                results: list[Result] = [None] * len(plan.ops)
+            else:
+                results, refresh = self._reads(writer, plan, now_ms)
+                self._refresh(writer, refresh, now_ms)
             self._apply_puts(writer, plan, now_ms, now_us)
             return results, writer.new_namespaces, writer.changes
 
         results, new, changes = self.env.write(op, history_safe=True)
-        self._directory.learn(new)
+        if new:
+            self._directory.learn(new)
         apply_changes(self.env, changes)
         return results
 
