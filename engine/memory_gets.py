@@ -29,7 +29,9 @@ items (``CachePolicy.item_entries``) and starts over when full.
 from __future__ import annotations
 
 import enum
+import os
 import threading
+import weakref
 from typing import Final, Literal
 
 from deltalog.engine.memory_core import Changes, ItemRecord
@@ -57,6 +59,12 @@ class GetCache:
         self.entries: dict[bytes, ItemRecord | None] = {}
         self.hits = 0
         self._lock = threading.Lock()
+        _CACHES.add(self)
+
+    def _reset_in_child(self) -> None:
+        # fork() may have copied the lock held by another thread: start over.
+        self._lock = threading.Lock()
+        self.state, self.txnid, self.newest, self.entries = (-1, -1), -1, -1, {}
 
     def hit(self, txnid: int, ikey: bytes) -> ItemRecord | Literal[_Missing.MISSING] | None:
         """The item at ``ikey`` if nothing was committed since the cache's
@@ -105,3 +113,15 @@ class GetCache:
             if len(self.entries) + len(changes.items) > self.max_entries:
                 self.entries = {}
             self.entries.update(changes.items)
+
+
+_CACHES: weakref.WeakSet[GetCache] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for cache in list(_CACHES):
+        cache._reset_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -9,6 +9,8 @@ a sweep, a delete) and compare each get with a read that bypasses the cache.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -16,6 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from deltalog.engine import DeltaLogSaver, DeltaLogStore
 from deltalog.engine.cache import CachePolicy
 from deltalog.engine.memory_gets import MISSING, GetCache
@@ -235,3 +238,25 @@ def test_reads_never_go_back_while_another_process_writes(tmp_path: Path) -> Non
         for _ in range(3):
             assert store.get(("c",), "counter").value == {"n": rounds}  # type: ignore[union-attr]
         assert len(set(seen)) > 2  # the reads overlapped the writes
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+@pytest.mark.timeout(60)
+def test_a_child_forked_while_the_cache_lock_is_held_can_get(tmp_path: Path) -> None:
+    """fork() copies the cache's lock as it is; the child gets a fresh one (and an
+    empty cache) instead of waiting forever for a thread it does not have."""
+    with DeltaLogStore.from_path(tmp_path / "f") as store:
+        store.put(("a",), "k", {"v": 1})
+        gets = store._directory.gets
+        with gets._lock:  # as another thread of the parent might hold it
+            pid = os.fork()
+            if pid == 0:
+                signal.alarm(20)  # a deadlock kills the child
+                try:
+                    got = store.get(("a",), "k")
+                    os._exit(0 if got is not None and got.value == {"v": 1} else 3)
+                except BaseException:
+                    os._exit(4)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert store.get(("a",), "k").value == {"v": 1}  # type: ignore[union-attr]
