@@ -84,6 +84,13 @@ DELTA_LEVEL: Final = 6
 # a 2 MB value grown by one message level 11 took 7.1 ms against 2.1 ms, so it
 # is only used above WRITES_LARGE bytes of write content.
 DELTA_LEVEL_LARGE: Final = 11
+# Level 11's shortest match (5) on a dictionary of multi-MB writes: the lazy
+# match finder's chains fill with the 5-byte runs every message shares and
+# miss the message text further back. A skip-delta snapshot 64 versions after
+# its base (3,250 turns of the 300 + 600 character chat: 4.0 MB of writes
+# against a 4.0 MB value) took 679 KB at 5 and 248 KB at 6 (32 versions: 58.6
+# and 33.4 KB); level 16 reached 9 KB but took 3.3 s. Decoding is unchanged.
+LARGE_MIN_MATCH: Final = 6
 WRITES_LARGE: Final = 64 * 1024
 # Largest zstd window a delta may use (and a reader accepts): 128 MiB, enough
 # for a base plus a new version of a 60 MB message list.
@@ -255,7 +262,8 @@ def _compress_with_base(data: bytes, base: bytes, tail: bytes, level: int) -> by
     content = base + tail if tail else base
     window = min(MAX_WINDOW_LOG, max(21, (len(content) + len(data)).bit_length()))
     dictionary = zstandard.ZstdCompressionDict(content, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-    params = zstandard.ZstdCompressionParameters.from_level(level, window_log=window)
+    extra = {"min_match": LARGE_MIN_MATCH} if level == DELTA_LEVEL_LARGE else {}
+    params = zstandard.ZstdCompressionParameters.from_level(level, window_log=window, **extra)
     compressor = zstandard.ZstdCompressor(dict_data=dictionary, compression_params=params)
     return compressor.compress(data)  # type: ignore[no-any-return]
 
