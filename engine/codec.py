@@ -282,9 +282,9 @@ class _CodecThread:
     of the base, and frees them after a few ms. glibc's malloc serves each
     thread from its own arena and raises its mmap threshold after such a free,
     so when these ran on LangGraph's pool threads every thread's arena kept
-    their size: peak RSS on the 600-turn sf=100 chat fell from 190 to 163 MiB
-    (large messages, 150 turns: 230 to 183; InMemorySaver 132 and 143) with
-    them on one thread. The thread is started on first use, and again in a
+    their size. With them on one thread, peak RSS of the 600-turn sf=100 chat
+    went from 192-196 to 157-162 MiB, of the 150-turn large-message chat from
+    256-259 to 180-182 MiB (InMemorySaver: 132 and 142; docs/operations.md). The thread is started on first use, and again in a
     child after fork(); a job submitted from it runs inline.
     """
 
