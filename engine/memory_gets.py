@@ -14,12 +14,14 @@ it read. Why a hit is never stale:
   the cache to its ``after`` state holding only them.
 * ``txnid`` is the id of a snapshot that was *read* and found at ``state``
   (:meth:`GetCache.seen`; a snapshot older than one reported before is
-  ignored, so a slow reader cannot move the cache back), or -1. A commit never sets it: the ops of one group
-  commit share a transaction id and are applied here one at a time, so the
-  cache may be between two of them. While the environment's last committed
-  transaction is still ``txnid``, nothing anywhere (this process, a saver on
-  the same file, another process) has committed since that read, so LMDB is
-  still at ``state`` and every entry is what a read would return.
+  ignored, so a slow reader cannot move the cache back), or -1. A commit
+  never sets it: the ops of one group commit share a transaction id and are
+  applied here one at a time, so the cache may be between two of them.
+  While the environment's last committed transaction is still ``txnid``,
+  nothing anywhere (this process, a saver on the same file, another
+  process) has committed since that read, so LMDB is still at ``state`` and
+  every entry is what a read would return.
+* A child after ``fork()`` starts with an empty cache and a new lock.
 
 Entries are shared records: callers get copies of their values
 (:func:`memory_core.copy_value`). The cache holds at most ``max_entries``
