@@ -33,6 +33,7 @@ interleaved across savers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as _dt
 import multiprocessing
@@ -1000,23 +1001,27 @@ def _serve(conn: multiprocessing.connection.Connection, name: str, ctx: PeerCont
     try:
         worker = SaverWorker(REGISTRY[name], ctx, measure_rss=True)
     except BaseException:
-        conn.send(("error", traceback.format_exc()))
-        return
-    conn.send(("ok", None))
-    while True:
-        try:
-            method, args = conn.recv()
-        except EOFError:
-            worker.close()
-            return
-        try:
-            result = getattr(worker, method)(*args)
-        except BaseException:
+        with contextlib.suppress(OSError):
             conn.send(("error", traceback.format_exc()))
-        else:
-            conn.send(("ok", result))
-        if method == "close":
-            return
+        return
+    try:
+        conn.send(("ok", None))
+        while True:
+            try:
+                method, args = conn.recv()
+            except EOFError:
+                worker.close()
+                return
+            try:
+                reply: tuple[str, Any] = ("ok", getattr(worker, method)(*args))
+            except BaseException:
+                reply = ("error", traceback.format_exc())
+            conn.send(reply)
+            if method == "close":
+                return
+    except OSError:  # the coordinator is gone (Ctrl-C closed the pipe mid-reply)
+        with contextlib.suppress(Exception):
+            worker.close()
 
 
 class _Transport(Protocol):
