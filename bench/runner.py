@@ -862,22 +862,7 @@ def _serve_multiprocess(
 ) -> None:
     """Entry point of a multi-process worker: answer requests until ``close``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    worker = MultiProcessWorker()
-    conn.send(("ok", None))
-    while True:
-        try:
-            method, args = conn.recv()
-        except EOFError:
-            worker.close()
-            return
-        try:
-            result = getattr(worker, method)(*args)
-        except BaseException:
-            conn.send(("error", traceback.format_exc()))
-        else:
-            conn.send(("ok", result))
-        if method == "close":
-            return
+    _answer(conn, MultiProcessWorker())
 
 
 def run_multiprocess(
@@ -1004,6 +989,13 @@ def _serve(conn: multiprocessing.connection.Connection, name: str, ctx: PeerCont
         with contextlib.suppress(OSError):
             conn.send(("error", traceback.format_exc()))
         return
+    _answer(conn, worker)
+
+
+def _answer(conn: multiprocessing.connection.Connection, worker: Any) -> None:
+    """Tell the coordinator the worker is up, then answer its ``(method, args)``
+    requests until ``close`` or EOF. A coordinator gone mid-reply (Ctrl-C
+    closed the pipe) ends it quietly: no traceback from a worker."""
     try:
         conn.send(("ok", None))
         while True:
@@ -1019,7 +1011,7 @@ def _serve(conn: multiprocessing.connection.Connection, name: str, ctx: PeerCont
             conn.send(reply)
             if method == "close":
                 return
-    except OSError:  # the coordinator is gone (Ctrl-C closed the pipe mid-reply)
+    except OSError:
         with contextlib.suppress(Exception):
             worker.close()
 
