@@ -13,7 +13,7 @@ from deltalog.engine import CorruptRecordError, DeltaLogSaver
 
 from tests.checkpoints import put_values
 from tests.graphs import cfg
-from tests.test_name_tables import _flip, _replace, _rows
+from tests.test_name_tables import _flip, _replace, _rows, _trial_copy
 
 USERS = [f"user-{i}" for i in range(5)]
 
@@ -64,9 +64,7 @@ def test_flipped_key_bits_never_serve_another_threads_record(db: str, tmp_path: 
     rng = random.Random(f"key-flips-{db}")
     moved_elsewhere = 0
     for trial in range(40):
-        path = tmp_path / f"trial-{trial}"
-        path.mkdir()
-        (path / "data.mdb").write_bytes((pristine / "data.mdb").read_bytes())
+        path = _trial_copy(pristine, tmp_path, trial)
         rows = _rows(path, db)
         key, value = rows[rng.randrange(len(rows))]
         new_key = _flip(rng, key)
@@ -112,9 +110,7 @@ def test_a_flipped_bit_in_the_trained_dictionary_is_damage_not_different_data(
     assert any(v[0] & ~KEYED == TAG_DICT for _, v in _rows(pristine, "checkpoints"))
     rng = random.Random("dictionary-flips")
     for trial in range(8):
-        path = tmp_path / f"trial-{trial}"
-        path.mkdir()
-        (path / "data.mdb").write_bytes((pristine / "data.mdb").read_bytes())
+        path = _trial_copy(pristine, tmp_path, trial)
         _replace(path, "meta", key, key, _flip(rng, raw))
         with DeltaLogSaver.from_path(path) as saver:
             with pytest.raises(CorruptRecordError):
@@ -165,9 +161,7 @@ def test_flipped_bits_in_memory_records_never_serve_another_namespaces_items(
     rng = random.Random(f"memory-flips-{db}")
     refused = 0
     for trial in range(40):
-        path = tmp_path / f"trial-{trial}"
-        path.mkdir()
-        (path / "data.mdb").write_bytes((pristine / "data.mdb").read_bytes())
+        path = _trial_copy(pristine, tmp_path, trial)
         rows = _rows(path, db)
         key, value = rows[rng.randrange(len(rows))]
         in_key = db == "items" or rng.random() < 0.5

@@ -42,6 +42,14 @@ def _rows(path: Path, db: str) -> list[tuple[bytes, bytes]]:
         env.close()
 
 
+def _trial_copy(pristine: Path, tmp_path: Path, trial: int) -> Path:
+    """A fresh copy of the store at ``pristine`` for one damage trial."""
+    path = tmp_path / f"trial-{trial}"
+    path.mkdir()
+    (path / "data.mdb").write_bytes((pristine / "data.mdb").read_bytes())
+    return path
+
+
 def _replace(path: Path, db: str, old: bytes, key: bytes, value: bytes) -> None:
     """Delete record ``old`` of ``db`` and store ``value`` under ``key`` (raw LMDB)."""
     env = lmdb.open(str(path), max_dbs=16)
@@ -83,9 +91,7 @@ def test_flipped_bits_in_name_tables_never_serve_another_threads_data(
     _store(pristine)
     rng = random.Random(f"name-flips-{db}")
     for trial in range(60):
-        path = tmp_path / f"trial-{trial}"
-        path.mkdir()
-        (path / "data.mdb").write_bytes((pristine / "data.mdb").read_bytes())
+        path = _trial_copy(pristine, tmp_path, trial)
         rows = _rows(path, db)
         key, value = rows[rng.randrange(len(rows))]
         in_key = rng.random() < 0.5

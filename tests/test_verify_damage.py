@@ -15,6 +15,7 @@ from deltalog.engine.errors import DamagedKeyError
 
 from tests.checkpoints import checkpoint_id, put_values
 from tests.graphs import cfg
+from tests.test_name_tables import _rows, _trial_copy
 
 PAGE = 4096
 
@@ -25,16 +26,6 @@ def _raw_put(path: Path, db: str, key: bytes, value: bytes) -> None:
         handle = env.open_db(db.encode(), create=False)
         with env.begin(write=True) as txn:
             txn.put(key, value, db=handle)
-    finally:
-        env.close()
-
-
-def _rows(path: Path, db: str) -> list[tuple[bytes, bytes]]:
-    env = lmdb.open(str(path), max_dbs=16)
-    try:
-        handle = env.open_db(db.encode(), create=False)
-        with env.begin() as txn:
-            return [(bytes(k), bytes(v)) for k, v in txn.cursor(db=handle)]
     finally:
         env.close()
 
@@ -190,9 +181,7 @@ def test_flipped_bits_in_checkpoint_keys_are_reported_or_read_whole(tmp_path: Pa
     rng = random.Random("checkpoint-key-flips")
     reported = 0
     for trial in range(60):
-        path = tmp_path / f"trial-{trial}"
-        path.mkdir()
-        (path / "data.mdb").write_bytes((pristine / "data.mdb").read_bytes())
+        path = _trial_copy(pristine, tmp_path, trial)
         rows = _rows(path, "checkpoints")
         key, value = rows[rng.randrange(len(rows))]
         damaged = bytearray(key)
@@ -224,3 +213,4 @@ def test_flipped_bits_in_checkpoint_keys_are_reported_or_read_whole(tmp_path: Pa
             assert not report.ok, (trial, key.hex(), bytes(damaged).hex())
             reported += 1
     assert reported >= 10  # the trials did reach keys that stopped decoding
+
