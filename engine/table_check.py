@@ -208,18 +208,20 @@ class TableCheck:
         if key.startswith(b"dict:"):
             decode_dictionary(key, raw, legacy=self.legacy_dictionaries)
         if key.startswith(keys.FWD):
-            ids, end = keys.split_ids(key[len(keys.FWD) :], 2)
-            if end != len(key) - len(keys.FWD):
-                raise DamagedKeyError("forward-link mark key has trailing bytes")
-            self.need(keys.KIND_THREAD, ids[0])
-            self.need(keys.KIND_NS, ids[1])
+            self._need_mark_ids(key, keys.FWD, "forward-link", (keys.KIND_THREAD, keys.KIND_NS))
         if key.startswith(keys.WDEP):
-            ids, end = keys.split_ids(key[len(keys.WDEP) :], 3)
-            if end != len(key) - len(keys.WDEP):
-                raise DamagedKeyError("write-range mark key has trailing bytes")
-            self.need(keys.KIND_THREAD, ids[0])
-            self.need(keys.KIND_NS, ids[1])
-            self.need(keys.KIND_CHANNEL, ids[2])
+            kinds = (keys.KIND_THREAD, keys.KIND_NS, keys.KIND_CHANNEL)
+            self._need_mark_ids(key, keys.WDEP, "write-range", kinds)
+
+    def _need_mark_ids(
+        self, key: bytes, prefix: bytes, what: str, kinds: tuple[bytes, ...]
+    ) -> None:
+        """A meta mark key is ``prefix`` then one interned id per kind, nothing after."""
+        ids, end = keys.split_ids(key[len(prefix) :], len(kinds))
+        if end != len(key) - len(prefix):
+            raise DamagedKeyError(f"{what} mark key has trailing bytes")
+        for kind, n in zip(kinds, ids, strict=True):
+            self.need(kind, n)
 
 
 def verify_tables(env: EnvironmentBase) -> list[tuple[str, str | None, str]]:

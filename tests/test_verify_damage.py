@@ -214,3 +214,34 @@ def test_flipped_bits_in_checkpoint_keys_are_reported_or_read_whole(tmp_path: Pa
             reported += 1
     assert reported >= 10  # the trials did reach keys that stopped decoding
 
+
+@pytest.mark.parametrize("mark", ["fwd", "wdep"])
+def test_damaged_meta_mark_keys_are_reported(mark: str, tmp_path: Path) -> None:
+    """A forward-link or write-range mark key with a trailing byte, or naming an id no
+    name record holds, is a table problem verify() reports (table_check's meta rule)."""
+    path = tmp_path / "store"
+    with DeltaLogSaver.from_path(path) as saver:
+        put_values(saver, "victim", {"x": 1})
+        with saver.env.read() as r:
+            found = r.ids("victim", "")
+            channel = r.name_id(keys.KIND_CHANNEL, "x")
+    assert found is not None and channel is not None
+    t, n = found
+    good = keys.fwd_key(t, n) if mark == "fwd" else keys.wdep_key(t, n, channel)
+    unknown = keys.fwd_key(t, 250) if mark == "fwd" else keys.wdep_key(t, n, 250)
+    what = "forward-link" if mark == "fwd" else "write-range"
+    for key, detail in [
+        (good + b"\x07", f"{what} mark key has trailing bytes"),
+        (unknown, "unknown name id"),
+    ]:
+        _raw_put(path, "meta", key, b"\x00" * 16)
+        with DeltaLogSaver.from_path(path) as saver:
+            report = saver.verify()
+        assert any(detail in p.detail for p in report.problems), report.problems
+        env = lmdb.open(str(path), max_dbs=16)
+        try:
+            meta = env.open_db(b"meta", create=False)  # before the write transaction
+            with env.begin(write=True) as txn:
+                txn.delete(key, db=meta)
+        finally:
+            env.close()
