@@ -340,7 +340,7 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
                 self._refresh(writer, refresh, now_ms)
                 return writer.changes
 
-            apply_changes(self.env, self.env.write(refresh_op, history_safe=True))
+            apply_changes(self._directory, self.env.write(refresh_op, history_safe=True))
         return _item(rec, copy=True)
 
     def _get_cached(self, ns: tuple[str, ...], key: str) -> ItemRecord | None:
@@ -407,7 +407,10 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
                 # also refuses () and the root "langgraph", but a batch may
                 # use them (LangGraph's own code does, as InMemoryStore allows).
                 ns = core.validate_labels(op.namespace)
-                value = core.check_value(op.value, f"{what} {ns!r}/{op.key!r:.60}")
+                value = core.check_value(
+                    op.value,
+                    lambda: f"{what} {ns!r}/{op.key!r:.60}",  # noqa: B023 (called here)
+                )
                 ttl = core.check_ttl(op.ttl, what)
                 puts[(ns, op.key)] = _PutPlan(op, ns, value, ttl, self._paths(op.index, what))
             else:
@@ -535,7 +538,7 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
                     self._refresh(writer, refresh, now_ms)
                     return writer.changes
 
-                apply_changes(self.env, self.env.write(refresh_op, history_safe=True))
+                apply_changes(self._directory, self.env.write(refresh_op, history_safe=True))
             return results
 
         puts_only = all(isinstance(o, PutOp) for o in plan.ops)
@@ -555,7 +558,7 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
         results, new, changes = self.env.write(op, history_safe=True)
         if new:
             self._directory.learn(new)
-        apply_changes(self.env, changes)
+        apply_changes(self._directory, changes)
         return results
 
     def _reads(
@@ -671,7 +674,7 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
         while True:
             now_ms, _ = self._now()
             deleted, more, changes = self.env.write(_sweeper(now_ms), history_safe=True)
-            apply_changes(self.env, changes)
+            apply_changes(self._directory, changes)
             total += deleted
             if not more:
                 return SweepCount(total)

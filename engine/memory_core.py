@@ -175,20 +175,72 @@ def list_namespaces(
 # -- values and filters ---------------------------------------------------------------
 
 
-def check_value(value: Any, what: str) -> dict[str, Any]:
+def check_value(value: Any, what: str | Callable[[], str]) -> dict[str, Any]:
     """A JSON-compatible copy of an item value (tuples become lists).
+
+    ``what`` names the value in error messages (a callable is only called
+    to raise one).
 
     Raises:
         ItemValueError: ``value`` is not a mapping with string keys, or holds a
             value JSON cannot carry (the message names its path).
     """
+    if type(value) is dict:
+        try:
+            return _copy_json(value, 0)  # type: ignore[no-any-return]
+        except _Unusual:  # a subclass, a bad value: the checks below name what and where
+            pass
+    name = what() if callable(what) else what
     if not isinstance(value, Mapping):
         raise ItemValueError(
-            f"{what}: value {value!r:.80} is a {type(value).__name__}; pass a dict of "
+            f"{name}: value {value!r:.80} is a {type(value).__name__}; pass a dict of "
             "JSON values (or None to delete)"
         )
-    out: dict[str, Any] = _json(value, what, "$", 0)
+    out: dict[str, Any] = _json(value, name, "$", 0)
     return out
+
+
+class _Unusual(Exception):
+    """:func:`_copy_json` met a value it leaves to :func:`_json`."""
+
+
+def _copy_json(value: Any, depth: int) -> Any:
+    """:func:`_json` for plain ``dict``/``list``/scalar trees, without the path
+    strings its messages need (a put's value is checked before every write):
+    anything else, sound or not, raises :class:`_Unusual` and is checked again
+    by :func:`_json`, so both accept exactly the same values."""
+    t = type(value)
+    if t is str:
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate
+                raise _Unusual from None
+        return value
+    if t is dict:
+        if depth >= MAX_DEPTH:
+            raise _Unusual
+        out = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                raise _Unusual
+            out[k] = _copy_json(v, depth + 1)
+        return out
+    if t is int:
+        if not -(2**63) <= value < 2**64:
+            raise _Unusual
+        return value
+    if value is None or t is bool:
+        return value
+    if t is float:
+        if not math.isfinite(value):
+            raise _Unusual
+        return value
+    if t is list or t is tuple:
+        if depth >= MAX_DEPTH:
+            raise _Unusual
+        return [_copy_json(v, depth + 1) for v in value]
+    raise _Unusual
 
 
 def _json(value: Any, what: str, path: str, depth: int) -> Any:

@@ -119,6 +119,61 @@ def test_non_json_values_refused(value: Any) -> None:
         core.check_value(value, "put")
 
 
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+class _Str(str):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+_LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**65), max_value=2**65),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(alphabet=st.characters(codec=None, exclude_categories=())),
+    st.sampled_from(["\ud800", _Str("sub"), _Int(7), object(), b"bytes"]),
+)
+_VALUES = st.recursive(
+    _LEAVES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=4).map(tuple),
+        st.dictionaries(st.one_of(st.text(max_size=5), st.integers(0, 3)), inner, max_size=4),
+    ),
+    max_leaves=20,
+)
+
+
+def _outcome(fn: Any) -> tuple[str, Any]:
+    try:
+        return ("ok", fn())
+    except ItemValueError as exc:
+        return ("error", str(exc))
+
+
+@given(st.dictionaries(st.text(max_size=5), _VALUES, max_size=4))
+@settings(max_examples=400, deadline=None)
+@example({"deep": _nested(core.MAX_DEPTH - 1)})
+@example({"deep": _nested(core.MAX_DEPTH)})
+@example({"deep": _nested(core.MAX_DEPTH + 1)})
+def test_check_value_fast_path_agrees(value: dict[str, Any]) -> None:
+    """check_value's fast copy accepts, copies and refuses exactly as the checked
+    walk (_json) that names each path: same result, same message."""
+    fast = _outcome(lambda: core.check_value(value, lambda: "put"))
+    slow = _outcome(lambda: core._json(value, "put", "$", 0))
+    assert fast == slow
+    assert repr(fast[1]) == repr(slow[1])  # 1 and 1.0, True and 1 told apart
+
+
 def test_ttl_arithmetic() -> None:
     """An item expires exactly ttl minutes after the write, and from then on."""
     exp = core.expires_at(1_000, 1.5)
