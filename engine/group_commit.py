@@ -76,8 +76,10 @@ _DEFERRED_SIGNALS: Final = tuple(
 _deferring = False
 
 
-@contextlib.contextmanager
-def signals_deferred() -> Iterator[None]:
+_NOT_DEFERRED: Final = contextlib.nullcontext()
+
+
+def signals_deferred() -> contextlib.AbstractContextManager[None]:
     """On the main thread: run Python signal handlers after the block, not inside it.
 
     CPython runs signal handlers on the main thread between bytecodes, so a
@@ -89,10 +91,14 @@ def signals_deferred() -> Iterator[None]:
     KeyboardInterrupt is raised then, in this thread only). Costs about 2 µs;
     other threads never run signal handlers, so for them this does nothing.
     """
-    global _deferring
     if _deferring or threading.get_ident() != threading.main_thread().ident:
-        yield
-        return
+        return _NOT_DEFERRED  # reentrant, no generator: writer threads pass here
+    return _deferred()
+
+
+@contextlib.contextmanager
+def _deferred() -> Iterator[None]:
+    global _deferring
     saved: dict[int, Any] = {}
     pending: list[int] = []
 

@@ -257,6 +257,8 @@ class NamespaceDirectory:
         self.cache = ItemCache((-1, -1))
         #: Items of the latest state, for ``get`` (see :mod:`deltalog.engine.memory_gets`).
         self.gets = GetCache(item_entries)
+        #: The in-RAM vector matrices, one per ``dims`` (see :func:`vector_matrix`).
+        self.matrices: dict[int, VectorMatrix] = {}
         # Ids up to this one were read from disk. Ids learned from this
         # process's commits do not move it: older ids may be unread yet.
         self._loaded = 0
@@ -885,31 +887,27 @@ class VectorMatrix:
         return out
 
 
-_MATRICES: weakref.WeakKeyDictionary[Environment, dict[int, VectorMatrix]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
 def vector_matrix(store: Environment, dims: int) -> VectorMatrix:
     """The in-RAM matrix of an open environment's vectors of size ``dims``."""
+    found = directory(store)
     with _DIRECTORIES_LOCK:
-        found = _MATRICES.setdefault(store, {})
-        if dims not in found:
-            found[dims] = VectorMatrix(dims)
-        return found[dims]
+        if dims not in found.matrices:
+            found.matrices[dims] = VectorMatrix(dims)
+        return found.matrices[dims]
 
 
-def apply_changes(store: Environment, changes: Changes | None) -> None:
-    """Bring every matrix of ``store`` past one committed op (see :meth:`VectorMatrix.apply`)."""
+def apply_changes(found: NamespaceDirectory, changes: Changes | None) -> None:
+    """Bring the caches of an environment (its :func:`directory`) past one committed
+    op: every vector matrix (see :meth:`VectorMatrix.apply`), the get cache and
+    the item cache."""
     if changes is None:
         return
-    with _DIRECTORIES_LOCK:
-        matrices = list(_MATRICES.get(store, {}).values())
-        found = _DIRECTORIES.get(store)
-    for matrix in matrices:
-        matrix.apply(changes)
-    if found is not None:
-        found.gets.after(changes)
-        cache = found.cache.after(changes)
-        if cache is not None:
-            found.cache = cache
+    if found.matrices:
+        with _DIRECTORIES_LOCK:
+            matrices = list(found.matrices.values())
+        for matrix in matrices:
+            matrix.apply(changes)
+    found.gets.after(changes)
+    cache = found.cache.after(changes)
+    if cache is not None:
+        found.cache = cache
