@@ -83,3 +83,68 @@ def test_a_forked_child_gets_its_own_codec_thread() -> None:
             os._exit(4)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, sys.platform
+
+
+def test_only_large_jobs_trim_the_allocator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job whose inputs reach TRIM_MIN bytes calls malloc_trim(0) once, after it
+    ran, on the codec thread; a smaller job does not (a trim costs ~0.3 ms)."""
+    calls: list[tuple[int, str]] = []
+
+    def trim(pad: int) -> int:
+        calls.append((pad, threading.current_thread().name))
+        return 1
+
+    monkeypatch.setattr(codec._Trim, "looked_up", True)
+    monkeypatch.setattr(codec._Trim, "fn", trim)
+    z = ZstdCompressor()
+    base, data = _pair(1)
+    small_base, small = base[:50_000], data[:60_000]
+    assert z.decompress_with_base(z.compress_with_base(small, small_base), small_base) == small
+    assert calls == []
+    big_base = base * (codec.TRIM_MIN // len(base) + 1)
+    packed = z.compress_with_base(big_base + b"tail", big_base)
+    assert [pad for pad, _ in calls] == [0]
+    assert calls[0][1].startswith("deltalog-codec")
+    assert z.decompress_with_base(packed, big_base) == big_base + b"tail"
+    assert len(calls) == 2
+
+
+_RSS_CHILD = """
+import ctypes, os, random
+from deltalog.engine import codec
+ctypes.CDLL(None)  # both children load the same libraries before measuring
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+rng = random.Random(1)
+base = rng.randbytes(4 * 1024 * 1024)
+data = base + b"tail" * 1000
+z = codec.ZstdCompressor()
+kept = []  # decoded values stay cached, above the freed contexts in the heap
+before = rss()
+for i in range(3):
+    packed = z.compress_with_base(data + bytes([i]), base, level=codec.DELTA_LEVEL_LARGE)
+    kept.append(z.decompress_with_base(packed, base))
+    assert kept[-1] == data + bytes([i])
+print(rss() - before)
+"""
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or codec._Trim.get() is None,
+    reason="malloc_trim is glibc's",
+)
+def test_trimming_returns_the_delta_contexts_memory() -> None:
+    """Real effect, in fresh processes: after three 4 MiB snapshot deltas whose
+    decoded values stay alive, the RSS grew at least 12 MiB less with the trim
+    than with DELTALOG_MALLOC_TRIM=0 (measured here: 56 against 81 MiB; 81
+    against 81 with the trim call removed)."""
+    import subprocess
+
+    grown = {}
+    for flag in ("1", "0"):
+        env = {**os.environ, "DELTALOG_MALLOC_TRIM": flag}
+        out = subprocess.run(
+            [sys.executable, "-c", _RSS_CHILD], env=env, capture_output=True, text=True, check=True
+        )
+        grown[flag] = int(out.stdout.split()[-1])
+    assert grown["1"] <= grown["0"] - 12 * 2**20, grown
