@@ -29,6 +29,7 @@ from deltalog.engine.config import config_for
 from deltalog.engine.errors import AmbiguousCheckpointError, CheckpointNotFoundError
 from deltalog.engine.saver import DeltaLogSaver
 from deltalog.engine.store_rows import CheckpointRow, StoredValue
+from deltalog.engine.values import ext_code
 from deltalog.engine.values import loads as serde_loads
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
@@ -171,21 +172,6 @@ class HistoryEntry:
         }
 
 
-def _ext_code(payload: bytes) -> int | None:
-    """The extension type code of a msgpack payload that is one ext object, else None.
-
-    >>> _ext_code(bytes([0xC7, 3, 7, 1, 2, 3])), _ext_code(bytes([0xD4, 7, 0])), _ext_code(b"\\x90")
-    (7, 7, None)
-    """
-    if len(payload) < 2:
-        return None
-    head = payload[0]
-    at = {0xD4: 1, 0xD5: 1, 0xD6: 1, 0xD7: 1, 0xD8: 1, 0xC7: 2, 0xC8: 3, 0xC9: 5}.get(head)
-    if at is None or len(payload) <= at:
-        return None
-    return payload[at]
-
-
 def _is_snapshot(saver: DeltaLogSaver, value: StoredValue) -> bool:
     """Whether a stored value is a ``_DeltaSnapshot`` seed, without decoding it when possible.
 
@@ -197,7 +183,7 @@ def _is_snapshot(saver: DeltaLogSaver, value: StoredValue) -> bool:
     if ctype in ("null", "bytes", "bytearray"):
         return False
     if ctype == "msgpack":
-        return _ext_code(payload) == EXT_DELTA_SNAPSHOT
+        return ext_code(payload) == EXT_DELTA_SNAPSHOT
     return isinstance(serde_loads(saver.serde, value.typed), _DeltaSnapshot)
 
 

@@ -19,10 +19,12 @@ from deltalog.engine.errors import InvalidInputError, SerdeMismatchError, Undecr
 from deltalog.engine.store_rows import CheckpointRow, DeltaHistory, StoredValue, Typed
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, DeltaChannelHistory
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import EXT_DELTA_SNAPSHOT
 
 __all__ = [
     "decode_histories",
     "dumps",
+    "ext_code",
     "history_writes",
     "load",
     "loads",
@@ -43,13 +45,38 @@ def dumps(serde: SerializerProtocol, value: Any, what: str) -> Typed:
         ) from exc
 
 
-def load(serde: SerializerProtocol, cache: DecodedCache, value: StoredValue) -> Any:
-    """Decode a stored channel value through the cache (a private copy per caller)."""
+def ext_code(payload: bytes) -> int | None:
+    """The extension type code of a msgpack payload that is one ext object, else None.
+
+    >>> ext_code(bytes([0xC7, 3, 7, 1, 2, 3])), ext_code(bytes([0xD4, 7, 0])), ext_code(b"\\x90")
+    (7, 7, None)
+    """
+    if len(payload) < 2:
+        return None
+    head = payload[0]
+    at = {0xD4: 1, 0xD5: 1, 0xD6: 1, 0xD7: 1, 0xD8: 1, 0xC7: 2, 0xC8: 3, 0xC9: 5}.get(head)
+    if at is None or len(payload) <= at:
+        return None
+    return payload[at]
+
+
+def _seed_like(typed: Typed) -> bool:
+    """Whether LangGraph's serializer wrote this value as a ``_DeltaSnapshot`` (one
+    msgpack extension object of type ``EXT_DELTA_SNAPSHOT``). A hint only: other
+    serdes' seeds say False and are cached like any value."""
+    return typed[0] == "msgpack" and ext_code(typed[1]) == EXT_DELTA_SNAPSHOT
+
+
+def load(
+    serde: SerializerProtocol, cache: DecodedCache, value: StoredValue, *, reused: bool = False
+) -> Any:
+    """Decode a stored channel value through the cache (a private copy per caller);
+    ``reused`` as for :meth:`DecodedCache.load`."""
 
     def decode(record: bytes) -> Any:
         return loads(serde, value.typed)
 
-    return cache.load(value.record, decode, len(value.typed[1]))
+    return cache.load(value.record, decode, len(value.typed[1]), reused=reused)
 
 
 def loads(serde: SerializerProtocol, typed: Typed, what: str = "a stored value") -> Any:
@@ -74,7 +101,11 @@ def to_tuple(serde: SerializerProtocol, cache: DecodedCache, row: CheckpointRow)
     checkpoint: Checkpoint = loads(serde, row.checkpoint)
     checkpoint["id"] = row.checkpoint_id
     checkpoint["channel_versions"] = dict(row.channel_versions)
-    checkpoint["channel_values"] = {k: load(serde, cache, v) for k, v in row.values.items()}
+    # A delta channel's value in a checkpoint is its seed, which the histories
+    # of every following turn replay from until the next seed: cached at once.
+    checkpoint["channel_values"] = {
+        k: load(serde, cache, v, reused=_seed_like(v.typed)) for k, v in row.values.items()
+    }
     return CheckpointTuple(
         config=checkpoint_config(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
         checkpoint=checkpoint,

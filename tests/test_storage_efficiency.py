@@ -179,6 +179,46 @@ def test_the_cache_keeps_a_value_from_its_second_decode() -> None:
     assert other.size == 0
 
 
+def test_a_value_said_to_be_reused_is_cached_at_its_first_decode() -> None:
+    """reused=True (a delta seed) skips the decoded-once rule: the first decode
+    is cached and the next read is a hit."""
+    cache = DecodedCache(min_record=0)
+    decoded: list[bytes] = []
+
+    def decode(record: bytes) -> list[bytes]:
+        decoded.append(record)
+        return [record]
+
+    assert cache.load(b"a seed", decode, reused=True) == [b"a seed"] and cache.size > 0
+    assert cache.load(b"a seed", decode) == [b"a seed"]
+    assert len(decoded) == 1 and cache.hits == 1
+
+
+@pytest.mark.parametrize("sf", [3, None])
+def test_a_seed_read_from_a_checkpoint_is_cached_at_once(
+    make_saver: Callable[..., DeltaLogSaver], sf: int | None
+) -> None:
+    """The latest checkpoint of a delta chat that holds its seed is cached by the
+    first get_tuple (every following turn replays from it); a plain add_messages
+    version, read once per turn, is not (the decoded-once rule)."""
+    saver = make_saver()
+    graph = chat_graph(sf).compile(checkpointer=saver)
+    for turn in range(40):
+        graph.invoke({"messages": [human(turn)]}, cfg("t"))
+        latest = saver.get_tuple(cfg("t"))
+        assert latest is not None
+        values = latest.checkpoint["channel_values"].get("messages")
+        if sf is None or hasattr(values, "value"):
+            break
+    else:
+        pytest.fail("no checkpoint holding a seed in 40 turns")
+    saver.cache.clear()
+    hits = saver.cache.hits
+    saver.get_tuple(cfg("t"))
+    saver.get_tuple(cfg("t"))
+    assert saver.cache.hits == hits + (1 if sf is not None else 0)
+
+
 def test_cache_disabled_gives_same_results(make_saver: Callable[..., DeltaLogSaver]) -> None:
     """cache_bytes=0 turns the cache off and changes no result."""
     cached, uncached = make_saver(), make_saver(cache_bytes=0)
