@@ -29,12 +29,11 @@ from deltalog.engine.config import config_for
 from deltalog.engine.errors import AmbiguousCheckpointError, CheckpointNotFoundError
 from deltalog.engine.saver import DeltaLogSaver
 from deltalog.engine.store_rows import CheckpointRow, StoredValue
-from deltalog.engine.values import ext_code
 from deltalog.engine.values import loads as serde_loads
+from deltalog.engine.values import seed_like
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, DeltaChannelHistory
-from langgraph.checkpoint.serde.jsonplus import EXT_DELTA_SNAPSHOT
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.pregel import Pregel
 
@@ -179,11 +178,11 @@ def _is_snapshot(saver: DeltaLogSaver, value: StoredValue) -> bool:
     type ``EXT_DELTA_SNAPSHOT``: its first bytes say so. Values of other
     serializers (an encrypted serde) are decoded to tell.
     """
-    ctype, payload = value.typed
+    ctype = value.typed[0]
     if ctype in ("null", "bytes", "bytearray"):
         return False
     if ctype == "msgpack":
-        return ext_code(payload) == EXT_DELTA_SNAPSHOT
+        return seed_like(value.typed)
     return isinstance(serde_loads(saver.serde, value.typed), _DeltaSnapshot)
 
 

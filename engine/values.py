@@ -24,10 +24,10 @@ from langgraph.checkpoint.serde.jsonplus import EXT_DELTA_SNAPSHOT
 __all__ = [
     "decode_histories",
     "dumps",
-    "ext_code",
     "history_writes",
     "load",
     "loads",
+    "seed_like",
     "serde_mismatch",
     "to_tuple",
 ]
@@ -45,10 +45,10 @@ def dumps(serde: SerializerProtocol, value: Any, what: str) -> Typed:
         ) from exc
 
 
-def ext_code(payload: bytes) -> int | None:
+def _ext_code(payload: bytes) -> int | None:
     """The extension type code of a msgpack payload that is one ext object, else None.
 
-    >>> ext_code(bytes([0xC7, 3, 7, 1, 2, 3])), ext_code(bytes([0xD4, 7, 0])), ext_code(b"\\x90")
+    >>> _ext_code(bytes([0xC7, 3, 7, 1, 2, 3])), _ext_code(bytes([0xD4, 7, 0])), _ext_code(b"\\x90")
     (7, 7, None)
     """
     if len(payload) < 2:
@@ -60,11 +60,11 @@ def ext_code(payload: bytes) -> int | None:
     return payload[at]
 
 
-def _seed_like(typed: Typed) -> bool:
+def seed_like(typed: Typed) -> bool:
     """Whether LangGraph's serializer wrote this value as a ``_DeltaSnapshot`` (one
     msgpack extension object of type ``EXT_DELTA_SNAPSHOT``). A hint only: other
     serdes' seeds say False and are cached like any value."""
-    return typed[0] == "msgpack" and ext_code(typed[1]) == EXT_DELTA_SNAPSHOT
+    return typed[0] == "msgpack" and _ext_code(typed[1]) == EXT_DELTA_SNAPSHOT
 
 
 def load(
@@ -104,7 +104,7 @@ def to_tuple(serde: SerializerProtocol, cache: DecodedCache, row: CheckpointRow)
     # A delta channel's value in a checkpoint is its seed, which the histories
     # of every following turn replay from until the next seed: cached at once.
     checkpoint["channel_values"] = {
-        k: load(serde, cache, v, reused=_seed_like(v.typed)) for k, v in row.values.items()
+        k: load(serde, cache, v, reused=seed_like(v.typed)) for k, v in row.values.items()
     }
     return CheckpointTuple(
         config=checkpoint_config(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
