@@ -69,6 +69,8 @@ CRC_SIZE: Final = 4
 # dictionary once it has one (checkpoint records and writes are 300-1,000
 # bytes, where plain zstd gains little: see RecordCodec).
 DICT_MIN: Final = 64
+#: zstd level of :meth:`ZstdCompressor.compress_fast`.
+FAST_LEVEL: Final = -1
 DICT_SIZE: Final = 32 * 1024
 # Train once this many sample bytes (and records) were seen.
 TRAIN_BYTES: Final = 256 * 1024
@@ -236,6 +238,10 @@ class Compressor(Protocol):
 
     def decompress(self, data: bytes) -> bytes:
         """Invert :meth:`compress`; raise on a damaged frame."""
+        ...
+
+    def compress_fast(self, data: bytes) -> bytes:
+        """:meth:`compress` at a faster level (for records rewritten often)."""
         ...
 
     def compress_with_base(
@@ -408,6 +414,7 @@ class ZstdCompressor:
         self.level = level
         # list.pop/append are atomic: no lock is needed around the pools.
         self._plain: list[tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]] = []
+        self._fast: list[zstandard.ZstdCompressor] = []
         self._dicts: dict[int, list[tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]]]
         self._dicts = {}
         self._prepared: dict[int, zstandard.ZstdCompressionDict] = {}
@@ -425,6 +432,19 @@ class ZstdCompressor:
             return ctx[0].compress(data)  # type: ignore[no-any-return]
         finally:
             self._plain.append(ctx)
+
+    def compress_fast(self, data: bytes) -> bytes:
+        """:meth:`compress` at level :data:`FAST_LEVEL` (the memory store's item
+        chunks, rewritten by every put into them): on 0.5-1.3 KB chunks here
+        twice as fast as level 3 (2.7 vs 6.5 us, 7 vs 12 us), 6-11 % larger."""
+        try:
+            ctx = self._fast.pop()
+        except IndexError:
+            ctx = zstandard.ZstdCompressor(level=FAST_LEVEL)
+        try:
+            return ctx.compress(data)  # type: ignore[no-any-return]
+        finally:
+            self._fast.append(ctx)
 
     def decompress(self, data: bytes) -> bytes:
         """Decompress one frame, refusing frames that declare absurd sizes."""
@@ -535,19 +555,43 @@ class RecordCodec:
             key: The record's LMDB key, covered by the CRC too (format 5);
                 None frames it as before (no :data:`KEYED` bit).
         """
-        body = ormsgpack.packb(record)
+        return self.encode_body(ormsgpack.packb(record), prefix=prefix, key=key)
+
+    def encode_body(
+        self,
+        body: bytes,
+        *,
+        prefix: bytes = b"",
+        key: bytes | None = None,
+        compress_from: int | None = None,
+        fast: bool = False,
+    ) -> bytes:
+        """:meth:`encode` of a record already packed with msgpack.
+
+        ``compress_from`` lowers the compression threshold for this record
+        (never raises it, and never turns compression on where the codec has
+        it off): the memory store's item chunks compress well from ~100 bytes,
+        since their items repeat field names. ``fast`` compresses without the
+        trained dictionary at :data:`FAST_LEVEL`, and gives the dictionary no
+        sample: records rewritten often (each put into a chunk rewrites it)
+        would fill the samples with near copies of themselves.
+        """
+        threshold = self.compress_threshold
+        if threshold is not None and compress_from is not None:
+            threshold = min(threshold, compress_from)
         framed = bytes((TAG_PLAIN,)) + body
-        if self.compress_threshold is not None:
+        if threshold is not None:
             active = self.active_dictionary
-            if active is not None and len(body) >= DICT_MIN:
+            if active is not None and len(body) >= DICT_MIN and not fast:
                 packed = self.compressor.compress_with_dict(body, active, self.dictionaries[active])
                 if len(packed) + 4 < len(body):
                     framed = bytes((TAG_DICT,)) + active.to_bytes(4, "big") + packed
             else:
-                if active is None and DICT_MIN <= len(body) <= 16 * 1024:
+                if active is None and DICT_MIN <= len(body) <= 16 * 1024 and not fast:
                     self._sample(body)
-                if len(body) >= self.compress_threshold:
-                    packed = self.compressor.compress(body)
+                if len(body) >= threshold:
+                    compress = self.compressor.compress_fast if fast else self.compressor.compress
+                    packed = compress(body)
                     if len(packed) < len(body):
                         framed = bytes((TAG_ZSTD,)) + packed
         return _seal(framed, key, prefix)

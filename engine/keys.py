@@ -1,6 +1,6 @@
 """The on-disk key layout of a deltalog store. No other module builds key bytes.
 
-One LMDB environment holds these named databases (``FORMAT_VERSION`` = 5):
+One LMDB environment holds these named databases (``FORMAT_VERSION`` = 6):
 
 ============  ==========================================================  ==========================
 database      key (byte encoding, in order)                               value
@@ -19,7 +19,7 @@ item_ns       ``0x00`` · namespace name-key                              namesp
               ``0x02`` (format 5: the memory change counter)              u64 BE · crc32
               ``0x03`` · namespace id (u64 BE, fixed) (format 5)          items, items with a TTL
                                                                           (u64 BE each) · crc32
-items         namespace(uid) · key(ikey)                                  item record
+items         namespace(uid) · key(ikey) of its first item (format 6)     chunk of items
 item_vectors  namespace(uid) · key(ikey) · field ordinal (u16 BE)         vector record
 item_ttl      expires_at (u64 BE, ms since epoch) · namespace(uid) ·      empty
               key(ikey)
@@ -149,13 +149,13 @@ __all__ = [
     "write_key",
 ]
 
-FORMAT_VERSION: Final = 5
+FORMAT_VERSION: Final = 6
 #: Formats this version reads. Formats 2 and 3 only added record shapes (delta
 #: blobs over writes, small values inside checkpoint records); format 4 put a
 #: CRC on the name records, format 5 a CRC over each record's key (checkpoints,
-#: writes, blobs). A writable open upgrades an older store through
+#: writes, blobs), format 6 packed the memory store's items into chunks. A writable open upgrades an older store through
 #: :data:`deltalog.engine.migrations.MIGRATIONS`; a read-only open reads it as it is.
-READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5})
+READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5, 6})
 #: The first format whose records (and trained dictionaries) carry a CRC over their key.
 KEYED_FORMAT: Final = 5
 #: ``meta`` key prefix of the write-dependency marks (``wdep_key``).

@@ -13,9 +13,12 @@ Records (ormsgpack lists inside the codec frame):
 database       record
 =============  ============================================================
 item_ns        ``[labels]`` (the id → namespace direction)
-items          ``[value, created_us, updated_us, ttl_min, expires_ms, key]``
-               (trailing nils left out; see :func:`item_fields`; format 4's
-               ``[key, value, ...]`` still reads)
+items          a chunk of one namespace's items (format 6, :class:`Chunk`):
+               ``[[key suffix, ...], [packed fields, ...]]``, each item's
+               fields ``[value, created_us, updated_us, ttl_min, expires_ms,
+               key]`` (trailing nils left out; see :func:`item_fields`);
+               format 5's one record per item (those fields) and format 4's
+               ``[key, value, ...]`` still read
 item_vectors   ``[field_path, text_sha256[:16], float32 bytes]``
 item_ttl       empty (the key is the index)
 =============  ============================================================
@@ -26,6 +29,7 @@ A store opened read-only before any writable open of this version has no
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import threading
 import weakref
@@ -36,7 +40,17 @@ from typing import Any, Final
 from deltalog.engine import keys
 from deltalog.engine.codec import frame_plain
 from deltalog.engine.env import Environment
-from deltalog.engine.errors import CorruptRecordError, DeltaLogError
+from deltalog.engine.errors import CorruptRecordError
+from deltalog.engine.memory_chunks import (
+    Chunk,
+    decoded,
+    is_chunk,
+    item_fields,
+    parse_item,
+    prefix_of,
+    record_items,
+    remember,
+)
 from deltalog.engine.memory_core import (
     Changes,
     ItemRecord,
@@ -64,7 +78,6 @@ __all__ = [
     "build_index",
     "directory",
     "index_lookup",
-    "item_fields",
     "text_digest",
     "vector_matrix",
 ]
@@ -72,25 +85,6 @@ __all__ = [
 # A sweep deletes at most this many expired items per write transaction, so
 # checkpoint writers queued behind it wait one short commit, not the whole sweep.
 SWEEP_CHUNK: Final = 500
-
-
-def item_fields(rec: ItemRecord, ikey: bytes) -> list[Any]:
-    """The format 5 item record: ``[value, created_us, updated_us, ttl_min,
-    expires_ms, key]`` with ``updated_us`` nil when it equals ``created_us``,
-    ``key`` nil unless the ``items`` key holds only its hash, and trailing nils
-    left out (a first put without TTL is ``[value, created_us]``)."""
-    hashed = ikey[1 + ikey[0]] != 0
-    out: list[Any] = [
-        rec.value,
-        rec.created_us,
-        None if rec.updated_us == rec.created_us else rec.updated_us,
-        rec.ttl_minutes,
-        rec.expires_ms,
-        rec.key if hashed else None,
-    ]
-    while out[-1] is None:
-        out.pop()
-    return out
 
 
 def _plain_record(record: list[Any], key: bytes) -> bytes:
@@ -101,20 +95,6 @@ def _plain_record(record: list[Any], key: bytes) -> bytes:
     checkpoint and item records) would fill with vectors.
     """
     return frame_plain(record, key=key)
-
-
-def _inline_key(ikey: bytes) -> str:
-    """The item key an ``items`` key spells out (format 5 records omit it)."""
-    pos = 1 + ikey[0]
-    if ikey[pos : pos + 1] != b"\x00":
-        raise ValueError("a hashed key whose record lacks the key")
-    try:
-        name, end = keys.decode_str(ikey, pos + 1)
-    except DeltaLogError as exc:
-        raise ValueError(str(exc)) from None
-    if end != len(ikey):
-        raise ValueError("trailing bytes after the key")
-    return name
 
 
 @dataclass(frozen=True)
@@ -400,59 +380,75 @@ class MemoryReader:
 
     # -- items ---------------------------------------------------------------------
 
-    def item_at(self, ikey: bytes, namespace: tuple[str, ...]) -> ItemRecord | None:
+    def item_at(
+        self, ikey: bytes, namespace: tuple[str, ...], name_hint: str | None = None
+    ) -> ItemRecord | None:
         """The item stored under an ``items`` key, expired or not; None if absent."""
-        raw = self.txn.get(ikey, db=self.items_db) if self.items_db is not None else None
-        return None if raw is None else self._item(namespace, ikey, raw)
+        holder, _ = self._around(ikey) if self.items_db is not None else (None, None)
+        if holder is None:
+            return None
+        key, raw = holder
+        rec = self._decode(key, raw)
+        if not is_chunk(rec):  # a one-item record (format 4, 5): this item's or another's
+            return parse_item(namespace, ikey, rec, name_hint) if key == ikey else None
+        chunk = Chunk.of(key, rec)
+        suffix = ikey[len(prefix_of(ikey)) :]
+        at = chunk.find(suffix)
+        return (
+            parse_item(namespace, ikey, chunk.fields(at), name_hint)
+            if chunk.has(at, suffix)
+            else None
+        )
 
-    def _item(
-        self, namespace: tuple[str, ...], key: bytes, raw: bytes, name_hint: str | None = None
-    ) -> ItemRecord:
-        rec = self.codec.decode(raw, f"items {bytes(key).hex()}", key=bytes(key))
-        try:
-            if isinstance(rec, list) and rec and isinstance(rec[0], dict):  # format 5
-                if not 2 <= len(rec) <= 6:
-                    raise ValueError(f"{len(rec)} fields")
-                value, created, updated, ttl, expires, name = rec + [None] * (6 - len(rec))
-                if updated is None:
-                    updated = created
-                if name is None:  # the key spells it (the caller may know it already)
-                    name = name_hint if name_hint is not None else _inline_key(bytes(key))
-            else:  # format 4: [key, value, created_us, updated_us, ttl_min, expires_ms]
-                name, value, created, updated, ttl, expires = rec
-            if not isinstance(name, str) or not isinstance(value, dict):
-                raise TypeError("bad field types")
-        except (TypeError, ValueError) as exc:
-            raise CorruptRecordError(
-                f"items {key.hex()} is not an item record ({exc}); run `deltalog verify`"
-            ) from None
-        return ItemRecord(namespace, name, value, created, updated, ttl, expires)
+    def _decode(self, key: bytes, raw: bytes) -> Any:
+        found = decoded(key, raw)
+        if found is not None:
+            return found
+        rec = self.codec.decode(raw, f"items {key.hex()}", key=key)
+        if is_chunk(rec):
+            remember(key, raw, rec)
+        return rec
+
+    def _around(self, ikey: bytes) -> tuple[tuple[bytes, bytes] | None, tuple[bytes, bytes] | None]:
+        """The ``items`` records of ``ikey``'s namespace at or just below ``ikey``
+        (the one that would hold it) and just above it, as (key, raw) or None."""
+        prefix = prefix_of(ikey)
+        cur = self.txn.cursor(db=self.items_db)
+        after: tuple[bytes, bytes] | None = None
+        if cur.set_range(ikey):
+            key = bytes(cur.key())
+            if key == ikey:
+                return (key, cur.value()), None
+            if key.startswith(prefix):
+                after = (key, cur.value())
+            ok = cur.prev()
+        else:
+            ok = cur.last()
+        if ok:
+            key = bytes(cur.key())
+            if key.startswith(prefix):
+                return (key, cur.value()), after
+        return None, after
 
     def get(self, ns_id: int, namespace: tuple[str, ...], key: str) -> ItemRecord | None:
         """The item at (namespace, key), expired or not; None if absent."""
         if self.items_db is None:
             return None
-        ikey = keys.item_key(ns_id, key)
-        raw = self.txn.get(ikey, db=self.items_db)
-        if raw is None:
-            return None
-        rec = self._item(namespace, ikey, raw, key)
-        return rec if rec.key == key else None
+        rec = self.item_at(keys.item_key(ns_id, key), namespace, key)
+        return rec if rec is not None and rec.key == key else None
 
     def scan(self, ns_id: int, namespace: tuple[str, ...]) -> Iterator[tuple[bytes, ItemRecord]]:
         """Every item of one namespace in key order, with its ``items`` key."""
         if self.items_db is None:
             return
         for key, raw in self._prefixed(self.items_db, keys.item_prefix(ns_id)):
-            yield key, self._item(namespace, key, raw)
+            for ikey, fields in record_items(key, self._decode(key, raw)):
+                yield ikey, parse_item(namespace, ikey, fields)
 
     def has_live(self, ns_id: int, now_ms: int) -> bool:
         """Whether the namespace holds an item that has not expired."""
-        if self.items_db is None:
-            return False
-        for key, raw in self._prefixed(self.items_db, keys.item_prefix(ns_id)):
-            expires = self._item((), key, raw).expires_ms
-            if expires is None or expires > now_ms:
+        for _, rec in self.scan(ns_id, ()):
+            if rec.expires_ms is None or rec.expires_ms > now_ms:
                 return True
         return False
 
@@ -519,31 +515,59 @@ class MemoryReader:
         expiries: set[bytes] = set()
         items: set[bytes] = set()
         per_ns: dict[int, int] = {}
+        record_keys: list[bytes] = []  # every items key, in order
+        damaged: set[bytes] = set()  # records that do not read: their items are unknown
+        last = b""  # the greatest item key read so far
         cur = self.txn.cursor(db=self.items_db)
         ok = cur.first()
         while ok and len(out) < limit:
             key = bytes(cur.key())
-            items.add(key)  # a damaged item is reported once, not again by its vectors
+            record_keys.append(key)
             try:
                 (ns_id,), _ = keys.split_ids(key, 1)
-                per_ns[ns_id] = per_ns.get(ns_id, 0) + 1
-                rec = self._item((), key, cur.value())
                 if ns_id not in known:
                     out.append(f"items {key.hex()}: namespace id {ns_id} is not in item_ns")
-                if keys.item_key(ns_id, rec.key) != key:
-                    out.append(f"items {key.hex()}: the record's key {rec.key!r:.60} differs")
-                if rec.expires_ms is not None:
-                    expiries.add(keys.item_ttl_key(rec.expires_ms, key))
+                found = [
+                    (ikey, parse_item((), ikey, fields))
+                    for ikey, fields in record_items(
+                        key, self._decode(key, cur.value()), check=True
+                    )
+                ]
             except CorruptRecordError as exc:
+                damaged.add(key)
                 out.append(str(exc))
+                ok = cur.next()
+                continue
+            if key <= last:
+                out.append(f"items {key.hex()}: starts at or below an item of the record before")
+            for ikey, rec in found:
+                items.add(ikey)
+                per_ns[ns_id] = per_ns.get(ns_id, 0) + 1
+                if keys.item_key(ns_id, rec.key) != ikey:
+                    out.append(f"items {ikey.hex()}: the record's key {rec.key!r:.60} differs")
+                if rec.expires_ms is not None:
+                    expiries.add(keys.item_ttl_key(rec.expires_ms, ikey))
+                last = ikey
             ok = cur.next()
+
+        def in_damaged(ikey: bytes) -> bool:
+            """Whether ``ikey`` would live in a record that does not read (reported once)."""
+            at = bisect.bisect_right(record_keys, ikey) - 1
+            return (
+                at >= 0
+                and record_keys[at] in damaged
+                and ikey.startswith(prefix_of(record_keys[at]))
+            )
+
         cur = self.txn.cursor(db=self.ttl_db)
         ttl_keys = {bytes(k) for k, _ in cur} if cur.first() else set()
         for missing in sorted(expiries - ttl_keys)[: max(0, limit - len(out))]:
             out.append(f"item_ttl lacks the entry {missing.hex()} of its item")
-        for stray in sorted(ttl_keys - expiries)[: max(0, limit - len(out))]:
+        strays = sorted(k for k in ttl_keys - expiries if not in_damaged(k[8:]))
+        for stray in strays[: max(0, limit - len(out))]:
             out.append(f"item_ttl {stray.hex()} has no item with that expiry")
-        out.extend(self._count_problems(known, per_ns, ttl_keys))
+        damaged_ns = {ns_of(k) for k in damaged if k and len(k) > k[0]}
+        out.extend(self._count_problems(known, per_ns, ttl_keys, damaged_ns))
         cur = self.txn.cursor(db=self.vectors_db)
         ok = cur.first()
         while ok and len(out) < limit:
@@ -556,7 +580,7 @@ class MemoryReader:
                     out.append(
                         f"item_vectors {key.hex()}: {len(rec[2])} bytes is no float32 vector"
                     )
-                if key[:-2] not in items:
+                if key[:-2] not in items and not in_damaged(key[:-2]):
                     out.append(f"item_vectors {key.hex()} belongs to no item")
             except CorruptRecordError as exc:
                 out.append(str(exc))
@@ -564,9 +588,10 @@ class MemoryReader:
         return out[:limit]
 
     def _count_problems(
-        self, known: set[int], per_ns: dict[int, int], ttl_keys: set[bytes]
+        self, known: set[int], per_ns: dict[int, int], ttl_keys: set[bytes], unread: set[int]
     ) -> list[str]:
-        """Count records that disagree with the items (and a damaged change counter)."""
+        """Count records that disagree with the items (and a damaged change counter);
+        the namespaces ``unread`` (a record did not read) are not counted."""
         out: list[str] = []
         try:
             self.change_state()
@@ -580,7 +605,10 @@ class MemoryReader:
         for ns_id, (n, n_ttl) in sorted(counts.items()):
             if ns_id not in known:
                 out.append(f"item_ns counts of namespace id {ns_id}, which is not in item_ns")
-            elif (n, n_ttl) != (per_ns.get(ns_id, 0), with_ttl.get(ns_id, 0)):
+            elif ns_id not in unread and (n, n_ttl) != (
+                per_ns.get(ns_id, 0),
+                with_ttl.get(ns_id, 0),
+            ):
                 out.append(
                     f"item_ns counts of namespace id {ns_id} say {n} items ({n_ttl} with a TTL); "
                     f"it holds {per_ns.get(ns_id, 0)} ({with_ttl.get(ns_id, 0)} with a TTL)"
@@ -666,18 +694,62 @@ class MemoryWriter(MemoryReader):
             self._count(ns_id, old is None, with_ttl)
         if old is not None and old.expires_ms is not None:
             self.txn.delete(keys.item_ttl_key(old.expires_ms, ikey), db=self.ttl_db)
-        self.txn.put(ikey, self.codec.encode(item_fields(rec, ikey), key=ikey), db=self.items_db)
+        self._store(ikey, item_fields(rec, ikey))
         self.touch().items[ikey] = rec
         if rec.expires_ms is not None:
             self.txn.put(keys.item_ttl_key(rec.expires_ms, ikey), b"", db=self.ttl_db)
         return ikey
+
+    def _store(self, ikey: bytes, fields: list[Any]) -> None:
+        """Put one item's fields into the chunk that holds ``ikey`` (see
+        :class:`Chunk`): the record at or below it if that is a chunk; else the
+        next chunk of the namespace, re-keyed down to ``ikey``; else a new chunk
+        at ``ikey`` (which replaces a format 4/5 record of this item there)."""
+        suffix = ikey[len(prefix_of(ikey)) :]
+        holder, after = self._around(ikey)
+        chunk: Chunk | None = None
+        if holder is not None:
+            key, raw = holder
+            rec = self._decode(key, raw)
+            if is_chunk(rec):
+                chunk = Chunk.of(key, rec)
+        if chunk is None and after is not None:
+            key, raw = after
+            rec = self._decode(key, raw)
+            if is_chunk(rec):
+                chunk = Chunk.of(key, rec)
+                self.txn.delete(key, db=self.items_db)
+                chunk.key = ikey
+        if chunk is None:
+            chunk = Chunk(ikey, [], [])
+        chunk.put(suffix, fields)
+        chunk.write(self.txn, self.items_db, self.codec)
+
+    def _remove(self, ikey: bytes) -> None:
+        """Take the item at ``ikey`` out of its record (a chunk left empty is deleted)."""
+        holder, _ = self._around(ikey)
+        if holder is None:
+            return
+        key, raw = holder
+        rec = self._decode(key, raw)
+        if not is_chunk(rec):
+            if key == ikey:
+                self.txn.delete(key, db=self.items_db)
+            return
+        chunk = Chunk.of(key, rec)
+        if not chunk.remove(ikey[len(prefix_of(ikey)) :]):
+            return
+        if len(chunk):
+            chunk.write(self.txn, self.items_db, self.codec)
+        else:
+            self.txn.delete(key, db=self.items_db)
 
     def delete_item(self, ns_id: int, old: ItemRecord) -> None:
         """Delete an item, its vectors and its TTL entry."""
         ikey = keys.item_key(ns_id, old.key)
         self.touch().items[ikey] = None
         self._count(ns_id, -1, -(old.expires_ms is not None))
-        self.txn.delete(ikey, db=self.items_db)
+        self._remove(ikey)
         if old.expires_ms is not None:
             self.txn.delete(keys.item_ttl_key(old.expires_ms, ikey), db=self.ttl_db)
         self.set_vectors(ikey, [])
@@ -705,13 +777,10 @@ class MemoryWriter(MemoryReader):
         for ttl_key in found:
             expires, ikey = keys.decode_item_ttl_key(ttl_key)
             self.txn.delete(ttl_key, db=self.ttl_db)
-            raw = self.txn.get(ikey, db=self.items_db)
-            if raw is None:
-                continue
-            rec = self._item((), ikey, raw)
-            if rec.expires_ms != expires:
-                continue  # refreshed meanwhile: a newer entry carries it
-            self.txn.delete(ikey, db=self.items_db)
+            rec = self.item_at(ikey, ())
+            if rec is None or rec.expires_ms != expires:
+                continue  # gone, or refreshed meanwhile: a newer entry carries it
+            self._remove(ikey)
             self.touch().items[ikey] = None
             self._count(ns_of(ikey), -1, -1)
             self.set_vectors(ikey, [])

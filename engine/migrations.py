@@ -32,6 +32,10 @@ step        what changes on disk
             (thread, ns) holding a checkpoint whose parent key is at least
             its own (:func:`mark_forward_links`); every checkpoint record
             re-encoded with its blob mask (:func:`mask_blobs`)
+5 → 6       the memory store's items are packed: each namespace's one-item
+            ``items`` records become chunk records of several items each
+            (:func:`deltalog.engine.memory_io.pack_items`); a record that
+            fails its CRC stays where it is, and the chunks end before it
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only
@@ -237,11 +241,22 @@ def format_5(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
     mask_blobs(txn, dbs, codec)
 
 
+def format_6(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
+    """Format 6: the memory store's items packed into chunk records."""
+    if dbs.items is None:  # a store older than the memory store: nothing to pack
+        return
+    # Here, not at the top: memory_core imports LangGraph's store types (fast start).
+    from deltalog.engine.memory_chunks import pack_items
+
+    pack_items(txn, dbs.items, codec)
+
+
 MIGRATIONS: Final[tuple[tuple[int, int, Migration], ...]] = (
     (1, 2, _records_only_added),
     (2, 3, _records_only_added),
     (3, 4, checksum_names),
     (4, 5, format_5),
+    (5, 6, format_6),
 )
 
 

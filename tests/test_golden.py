@@ -11,10 +11,10 @@ import pytest
 from deltalog.engine import DeltaLogSaver
 from deltalog.engine.env import Environment
 
-from tests.golden_gen import raw_summary, read_back
+from tests.golden_gen import delta_blobs, raw_summary, read_back
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "golden"
-FORMATS = [1, 2, 3, 4]
+FORMATS = [1, 2, 3, 4, 5]
 """Every earlier on-disk format, each written by its own last commit (tests/golden_gen.py)."""
 
 
@@ -43,7 +43,7 @@ def test_the_golden_store_is_what_it_claims(fmt: int, tmp_path: Path) -> None:
     raw = raw_summary(GOLDEN / f"format-{fmt}")
     assert raw["format_version"] == fmt == expected(fmt)["format_version"]
     assert raw["tags"] == expected(fmt)["tags"]
-    assert raw["tags"]["blobs"].get("2", 0) > 0
+    assert delta_blobs(raw) > 0
     assert (GOLDEN / f"format-{fmt}" / "data.mdb").stat().st_size < 100 * 1024
 
 

@@ -68,6 +68,7 @@ LAYERS: dict[str, str] = {
     "deltalog.engine.codec": "format",
     "deltalog.engine.envelope": "format",
     "deltalog.engine.core": "format",
+    "deltalog.engine.memory_chunks": "format",
     "deltalog.engine.memory_core": "format",
     "deltalog.engine.import_check": "format",
     "deltalog.engine.export": "format",

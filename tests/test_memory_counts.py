@@ -12,6 +12,8 @@ from deltalog.engine import DeltaLogStore, keys
 from deltalog.engine.env import Environment
 from deltalog.engine.memory_core import decode_counts, encode_counts
 
+from tests.memory_layout import unpack_chunks
+
 
 def _raw(path: Path, db: str) -> list[tuple[bytes, bytes]]:
     env = lmdb.open(str(path), max_dbs=16, readonly=True, lock=False)
@@ -63,6 +65,7 @@ def test_format_4_store_reads_then_upgrades(tmp_path: Path) -> None:
     path = tmp_path / "old"
     with DeltaLogStore.from_path(path) as store:
         _fill(store)
+        assert unpack_chunks(store) == 15  # format 4 held one record per item
     fresh = _counts(path)
     assert len(fresh) == 6 and (0, 0) in fresh.values()  # ("gone",) holds none
     _make_format_4(path)

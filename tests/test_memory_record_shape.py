@@ -1,25 +1,23 @@
-"""Format 5 item records leave out what the key or defaults say (smaller on disk), and format 4 item records still read (issue 17.4, R10)."""
+"""Item entries leave out what the key or defaults say (smaller on disk; format 5 records, format 6 chunk entries), and format 4 item records still read (issue 17.4, R10)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from deltalog.engine import DeltaLogStore, keys
+from deltalog.engine import DeltaLogStore
 from deltalog.engine.write_txn import WriteTxn
 from langgraph.store.base import PutOp
 
+from tests.memory_layout import entry_of, ikey_of
+
 
 def _record(store: DeltaLogStore, ns: tuple[str, ...], key: str) -> tuple[bytes, list[object]]:
-    with store.env.read() as r:
-        ns_raw = r.txn.get(keys.item_ns_key(ns), db=store.env.db("item_ns"))
-        ikey = keys.item_key(int.from_bytes(ns_raw[:8], "big"), key)
-        raw = r.txn.get(ikey, db=store.env.db("items"))
-        rec: list[object] = store.env.codec.decode(raw, "items", key=ikey)
-        return ikey, rec
+    """The item's ``items`` key and its stored fields (its entry in the chunk holding it)."""
+    return ikey_of(store, ns, key), entry_of(store, ns, key)
 
 
-def test_format_5_records_are_compact(tmp_path: Path) -> None:
+def test_item_entries_are_compact(tmp_path: Path) -> None:
     """A first put is [value, created_us]; an update adds updated_us; a TTL adds its
     fields; a hashed long key keeps the key itself."""
     now = [1_000_000.0]

@@ -40,7 +40,7 @@ def test_sound_store_has_no_problems(store: DeltaLogStore) -> None:
 
 def test_damaged_item_record_found(store: DeltaLogStore) -> None:
     """A flipped byte in an item record is reported with its key."""
-    key, value = _raw(store, "items")[3]
+    key, value = _raw(store, "items")[1]  # the chunk of ("a", "1")
     bad = value[:5] + bytes([value[5] ^ 0x40]) + value[6:]
     store.env.write(lambda w: w.txn.put(key, bad, db=w.env.db("items")))
     problems = store.verify()
@@ -82,7 +82,7 @@ def test_saver_verify_and_cli_report_memory_problems(store: DeltaLogStore, tmp_p
     saver = DeltaLogSaver(store.env)
     assert saver.verify().ok
     assert cli_verify().returncode == 0
-    key, value = _raw(store, "items")[3]
+    key, value = _raw(store, "items")[1]  # the chunk of ("a", "1")
     bad = value[:5] + bytes([value[5] ^ 0x40]) + value[6:]
     store.env.write(lambda w: w.txn.put(key, bad, db=w.env.db("items")))
     report = saver.verify()

@@ -1,0 +1,306 @@
+"""The memory store's item records: one item's fields, and the chunks that pack a
+namespace's items into few records (format 6).
+
+Pure record logic (no LMDB import, like :mod:`deltalog.engine.migrations`):
+:mod:`deltalog.engine.memory_io` reads and writes these records inside its
+transactions, and the 5 -> 6 migration packs older stores with
+:func:`pack_items` on the raw transaction it is given.
+
+Since format 6 the ``items`` database holds the items of a namespace packed
+into chunk records rather than one record per item: with ~50 bytes per item,
+LMDB's per-entry overhead (node header, page slot, key) and its half-full
+pages after middle splits cost more than the item itself, and one item alone
+is too short to compress. A chunk is keyed by an ``items`` key at or below
+every item it holds and holds the items up to the next record's key: the
+item at ``ikey`` lives in the record with the greatest key at or below
+``ikey`` in its namespace. Records of format 4 and 5 (one item each, the
+record's key being the item's) keep reading: a writable open packs them
+(the 5 -> 6 migration), a read-only one reads them as they are, and the rules
+hold for a mix, which a record left by the migration because it was damaged
+can make.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any, Final
+
+import ormsgpack
+from deltalog.engine import keys
+from deltalog.engine.errors import CorruptRecordError, DeltaLogError
+from deltalog.engine.memory_core import ItemRecord
+
+__all__ = [
+    "CHUNK_BYTES",
+    "CHUNK_COMPRESS_FROM",
+    "DECODED_MAX",
+    "Chunk",
+    "decoded",
+    "is_chunk",
+    "item_fields",
+    "pack_items",
+    "parse_item",
+    "prefix_of",
+    "record_items",
+    "remember",
+]
+
+
+def item_fields(rec: ItemRecord, ikey: bytes) -> list[Any]:
+    """The format 5 item record: ``[value, created_us, updated_us, ttl_min,
+    expires_ms, key]`` with ``updated_us`` nil when it equals ``created_us``,
+    ``key`` nil unless the ``items`` key holds only its hash, and trailing nils
+    left out (a first put without TTL is ``[value, created_us]``)."""
+    hashed = ikey[1 + ikey[0]] != 0
+    out: list[Any] = [
+        rec.value,
+        rec.created_us,
+        None if rec.updated_us == rec.created_us else rec.updated_us,
+        rec.ttl_minutes,
+        rec.expires_ms,
+        rec.key if hashed else None,
+    ]
+    while out[-1] is None:
+        out.pop()
+    return out
+
+
+#: A chunk whose msgpack body passes this many bytes is split in two. A read
+#: of one item decompresses its chunk (~2 us at this size) and unpacks only its
+#: own fields; larger chunks compress a little better and cost more per put.
+CHUNK_BYTES: Final = 1024
+#: Chunks compress from this many bytes (records otherwise from the codec's
+#: ``compress_threshold``, 512): their items repeat the same field names.
+CHUNK_COMPRESS_FROM: Final = 96
+
+
+def is_chunk(rec: Any) -> bool:
+    """Whether a decoded ``items`` record is a chunk (format 6),
+    ``[[key suffix, ...], [packed item fields, ...]]``; a format 5 record starts
+    with the value (a map), a format 4 one with the key (a string)."""
+    return isinstance(rec, list) and len(rec) == 2 and isinstance(rec[0], list)
+
+
+def prefix_of(key: bytes) -> bytes:
+    """The namespace part (a ``uid``) of an ``items`` key."""
+    return key[: 1 + key[0]]
+
+
+class Chunk:
+    """One chunk: its items' key suffixes (the ``items`` key after the namespace
+    part, strictly increasing) and each item's :func:`item_fields`, packed with
+    msgpack on their own so a read unpacks only the item it wants."""
+
+    __slots__ = ("blobs", "key", "suffixes")
+
+    def __init__(self, key: bytes, suffixes: list[bytes], blobs: list[bytes]) -> None:
+        self.key = key
+        self.suffixes = suffixes
+        self.blobs = blobs
+
+    @classmethod
+    def of(cls, key: bytes, rec: list[Any]) -> Chunk:
+        """The chunk record ``rec`` stored at ``key`` (copied: ``rec`` is not changed).
+
+        Checks only what costs no loop; :meth:`check` checks every item, for
+        verify and the migration (a read of a chunk whose CRC holds but whose
+        items are out of order misses items; it never returns another's)."""
+        suffixes, blobs = rec
+        if not (isinstance(blobs, list) and len(suffixes) == len(blobs) > 0):
+            raise CorruptRecordError(
+                f"items {key.hex()} is not a chunk of items; run `deltalog verify`"
+            )
+        return cls(key, list(suffixes), list(blobs))
+
+    def check(self) -> Chunk:
+        """Raise CorruptRecordError unless every suffix is bytes, in strictly
+        increasing order from the record's key, and every item is bytes."""
+        last = self.key[len(prefix_of(self.key)) :]
+        for i, (suffix, blob) in enumerate(zip(self.suffixes, self.blobs, strict=True)):
+            if not (
+                isinstance(suffix, bytes)
+                and isinstance(blob, bytes)
+                and (suffix > last if i else suffix >= last)
+            ):
+                raise CorruptRecordError(
+                    f"items {self.key.hex()}: item {i} is out of order or not an item; "
+                    "run `deltalog verify`"
+                )
+            last = suffix
+        return self
+
+    def __len__(self) -> int:
+        return len(self.suffixes)
+
+    def find(self, suffix: bytes) -> int:
+        """The position of ``suffix``, or where it would go (see :meth:`has`)."""
+        try:
+            return bisect.bisect_left(self.suffixes, suffix)
+        except TypeError:  # a suffix that is no bytes: check() names the record
+            self.check()
+            raise
+
+    def has(self, at: int, suffix: bytes) -> bool:
+        return at < len(self.suffixes) and self.suffixes[at] == suffix
+
+    def fields(self, at: int) -> Any:
+        """The stored fields of the item at position ``at``."""
+        try:
+            return ormsgpack.unpackb(self.blobs[at])
+        except (ormsgpack.MsgpackDecodeError, TypeError):
+            raise CorruptRecordError(
+                f"items {self.key.hex()}: item {at} does not decode; run `deltalog verify`"
+            ) from None
+
+    def items(self) -> list[tuple[bytes, Any]]:
+        """(``items`` key, stored fields) of every item, in key order."""
+        prefix = prefix_of(self.key)
+        try:
+            return [(prefix + s, self.fields(i)) for i, s in enumerate(self.suffixes)]
+        except TypeError:  # a suffix that is no bytes
+            self.check()
+            raise
+
+    def put(self, suffix: bytes, fields: list[Any]) -> None:
+        at = self.find(suffix)
+        blob = ormsgpack.packb(fields)
+        if self.has(at, suffix):
+            self.blobs[at] = blob
+        else:
+            self.suffixes.insert(at, suffix)
+            self.blobs.insert(at, blob)
+
+    def remove(self, suffix: bytes) -> bool:
+        """Take the item out; False if the chunk does not hold it."""
+        at = self.find(suffix)
+        if not self.has(at, suffix):
+            return False
+        del self.suffixes[at], self.blobs[at]
+        return True
+
+    def write(self, txn: Any, db: Any, codec: Any) -> None:
+        """Store the chunk (non-empty) at its key, split into halves (the right one
+        keyed by its first item) while a body passes :data:`CHUNK_BYTES`. The
+        chunk must not change after this (:data:`_DECODED` holds it)."""
+        body = ormsgpack.packb([self.suffixes, self.blobs])
+        if len(body) > CHUNK_BYTES and len(self) > 1:
+            half = len(self) // 2
+            right_key = prefix_of(self.key) + self.suffixes[half]
+            Chunk(self.key, self.suffixes[:half], self.blobs[:half]).write(txn, db, codec)
+            Chunk(right_key, self.suffixes[half:], self.blobs[half:]).write(txn, db, codec)
+            return
+        value = codec.encode_body(body, key=self.key, compress_from=CHUNK_COMPRESS_FROM, fast=True)
+        txn.put(self.key, value, db=db)
+        remember(self.key, value, [self.suffixes, self.blobs])
+
+
+#: Chunks decoded or written lately: (``items`` key, record bytes) -> the decoded
+#: record (never changed: :meth:`Chunk.of` copies it). Keyed by the bytes, so
+#: an entry can never be stale, in any store: the same key and bytes decode the
+#: same (chunks are never framed with a trained dictionary). A put reads the
+#: old item and then rewrites its chunk, and the next put into that chunk reads
+#: it again: with this each decodes it at most once (8 writer threads putting
+#: into their own namespaces: ~40 us less per put here).
+_DECODED: dict[tuple[bytes, bytes], Any] = {}
+#: Entries :data:`_DECODED` holds at most (then it starts again): ~4 MB.
+DECODED_MAX: Final = 1024
+
+
+def remember(key: bytes, raw: bytes, rec: Any) -> None:
+    if len(_DECODED) >= DECODED_MAX:
+        _DECODED.clear()
+    _DECODED[(key, raw)] = rec
+
+
+def decoded(key: bytes, raw: bytes) -> Any:
+    """The decoded chunk :data:`_DECODED` holds for ``raw`` at ``key``, or None."""
+    return _DECODED.get((key, raw))
+
+
+def parse_item(
+    namespace: tuple[str, ...], key: bytes, rec: Any, name_hint: str | None = None
+) -> ItemRecord:
+    """The item of one ``items`` record of format 4 or 5, or of one chunk entry
+    (its stored fields; ``key`` is then the item's ``items`` key)."""
+    try:
+        if isinstance(rec, list) and rec and isinstance(rec[0], dict):  # format 5, chunks
+            if not 2 <= len(rec) <= 6:
+                raise ValueError(f"{len(rec)} fields")
+            value, created, updated, ttl, expires, name = rec + [None] * (6 - len(rec))
+            if updated is None:
+                updated = created
+            if name is None:  # the key spells it (the caller may know it already)
+                name = name_hint if name_hint is not None else _inline_key(bytes(key))
+        else:  # format 4: [key, value, created_us, updated_us, ttl_min, expires_ms]
+            name, value, created, updated, ttl, expires = rec
+        if not isinstance(name, str) or not isinstance(value, dict):
+            raise TypeError("bad field types")
+    except (TypeError, ValueError) as exc:
+        raise CorruptRecordError(
+            f"items {key.hex()} is not an item record ({exc}); run `deltalog verify`"
+        ) from None
+    return ItemRecord(namespace, name, value, created, updated, ttl, expires)
+
+
+def record_items(key: bytes, rec: Any, *, check: bool = False) -> list[tuple[bytes, Any]]:
+    """(item key, item fields) of every item one decoded ``items`` record holds
+    (``check``: a chunk's order too, see :meth:`Chunk.check`)."""
+    if not is_chunk(rec):
+        return [(key, rec)]
+    chunk = Chunk.of(key, rec)
+    return (chunk.check() if check else chunk).items()
+
+
+def pack_items(txn: Any, db: Any, codec: Any) -> None:
+    """Format 6: pack every namespace's one-item records (format 4 and 5) into chunks.
+
+    A record that does not decode is left where it is (reads and verify
+    report it, so damage cannot block the upgrade); the chunks around it end
+    before it and start after it, so every item still lives in the record with
+    the greatest key at or below its own.
+    """
+    rows = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db).iternext()]
+    run = Chunk(b"", [], [])
+    run_keys: list[bytes] = []
+
+    def flush() -> None:
+        if run_keys:
+            for old in run_keys:
+                txn.delete(old, db=db)
+            run.key = prefix_of(run_keys[0]) + run.suffixes[0]
+            Chunk(run.key, list(run.suffixes), list(run.blobs)).write(txn, db, codec)
+        run.suffixes.clear()
+        run.blobs.clear()
+        run_keys.clear()
+
+    for key, raw in rows:
+        if run_keys and prefix_of(key) != prefix_of(run_keys[0]):
+            flush()
+        try:
+            rec = codec.decode(raw, f"items {key.hex()}", key=key)
+            found = [
+                (ikey, parse_item((), ikey, f)) for ikey, f in record_items(key, rec, check=True)
+            ]
+        except CorruptRecordError:
+            flush()
+            continue
+        prefix = prefix_of(key)
+        for ikey, item in found:
+            run.suffixes.append(ikey[len(prefix) :])
+            run.blobs.append(ormsgpack.packb(item_fields(item, ikey)))
+        run_keys.append(key)
+    flush()
+
+
+def _inline_key(ikey: bytes) -> str:
+    """The item key an ``items`` key spells out (format 5 records omit it)."""
+    pos = 1 + ikey[0]
+    if ikey[pos : pos + 1] != b"\x00":
+        raise ValueError("a hashed key whose record lacks the key")
+    try:
+        name, end = keys.decode_str(ikey, pos + 1)
+    except DeltaLogError as exc:
+        raise ValueError(str(exc)) from None
+    if end != len(ikey):
+        raise ValueError("trailing bytes after the key")
+    return name
