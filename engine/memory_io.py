@@ -287,6 +287,10 @@ def directory(store: Environment) -> NamespaceDirectory:
         return found
 
 
+_Near = tuple[bytes, bytes] | None
+"""An ``items`` record near a key, as (key, raw), or None (see MemoryReader._around)."""
+
+
 class MemoryReader:
     """Typed reads of the memory databases inside one transaction."""
 
@@ -409,7 +413,7 @@ class MemoryReader:
             remember(key, raw, rec)
         return rec
 
-    def _around(self, ikey: bytes) -> tuple[tuple[bytes, bytes] | None, tuple[bytes, bytes] | None]:
+    def _around(self, ikey: bytes) -> tuple[_Near, _Near]:
         """The ``items`` records of ``ikey``'s namespace at or just below ``ikey``
         (the one that would hold it) and just above it, as (key, raw) or None."""
         prefix = prefix_of(ikey)
@@ -641,6 +645,17 @@ class MemoryWriter(MemoryReader):
         self.new_namespaces: dict[tuple[str, ...], int] = {}
         #: What this op changed (None: nothing yet), for :meth:`VectorMatrix.apply`.
         self.changes: Changes | None = None
+        #: The last :meth:`_around` (ikey, result), until the next ``items`` write.
+        self._near: tuple[bytes, tuple[_Near, _Near]] | None = None
+
+    def _around(self, ikey: bytes) -> tuple[_Near, _Near]:
+        # A put reads the old item, then writes its chunk: one lookup for both.
+        near = self._near
+        if near is not None and near[0] == ikey:
+            return near[1]
+        found = super()._around(ikey)
+        self._near = (ikey, found)
+        return found
 
     def touch(self) -> Changes:
         """Count this op as one memory change (the first call adds one to the counter)."""
@@ -707,6 +722,7 @@ class MemoryWriter(MemoryReader):
         at ``ikey`` (which replaces a format 4/5 record of this item there)."""
         suffix = ikey[len(prefix_of(ikey)) :]
         holder, after = self._around(ikey)
+        self._near = None
         chunk: Chunk | None = None
         if holder is not None:
             key, raw = holder
@@ -728,6 +744,7 @@ class MemoryWriter(MemoryReader):
     def _remove(self, ikey: bytes) -> None:
         """Take the item at ``ikey`` out of its record (a chunk left empty is deleted)."""
         holder, _ = self._around(ikey)
+        self._near = None
         if holder is None:
             return
         key, raw = holder
