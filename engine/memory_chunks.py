@@ -38,6 +38,7 @@ __all__ = [
     "decoded",
     "is_chunk",
     "item_fields",
+    "lookup",
     "pack_items",
     "parse_item",
     "prefix_of",
@@ -78,7 +79,11 @@ def is_chunk(rec: Any) -> bool:
     """Whether a decoded ``items`` record is a chunk (format 6),
     ``[[key suffix, ...], [packed item fields, ...]]``; a format 5 record starts
     with the value (a map), a format 4 one with the key (a string)."""
-    return isinstance(rec, list) and len(rec) == 2 and isinstance(rec[0], list)
+    # A list as decoded, or the tuples of a chunk remembered in _DECODED.
+    return type(rec) in _SEQ and len(rec) == 2 and type(rec[0]) in _SEQ
+
+
+_SEQ: Final = (list, tuple)
 
 
 def prefix_of(key: bytes) -> bytes:
@@ -105,11 +110,7 @@ class Chunk:
         Checks only what costs no loop; :meth:`check` checks every item, for
         verify and the migration (a read of a chunk whose CRC holds but whose
         items are out of order misses items; it never returns another's)."""
-        suffixes, blobs = rec
-        if not (isinstance(blobs, list) and len(suffixes) == len(blobs) > 0):
-            raise CorruptRecordError(
-                f"items {key.hex()} is not a chunk of items; run `deltalog verify`"
-            )
+        suffixes, blobs = _checked(key, rec)
         return cls(key, list(suffixes), list(blobs))
 
     def check(self) -> Chunk:
@@ -145,12 +146,7 @@ class Chunk:
 
     def fields(self, at: int) -> Any:
         """The stored fields of the item at position ``at``."""
-        try:
-            return ormsgpack.unpackb(self.blobs[at])
-        except (ormsgpack.MsgpackDecodeError, TypeError):
-            raise CorruptRecordError(
-                f"items {self.key.hex()}: item {at} does not decode; run `deltalog verify`"
-            ) from None
+        return _unpack(self.key, at, self.blobs[at])
 
     def items(self) -> list[tuple[bytes, Any]]:
         """(``items`` key, stored fields) of every item, in key order."""
@@ -202,14 +198,51 @@ class Chunk:
 #: it again: with this each decodes it at most once (8 writer threads putting
 #: into their own namespaces: ~40 us less per put here).
 _DECODED: dict[tuple[bytes, bytes], Any] = {}
-#: Entries :data:`_DECODED` holds at most (then it starts again): ~4 MB.
+#: Entries :data:`_DECODED` holds at most (then it starts again): ~5 MB of full chunks.
 DECODED_MAX: Final = 1024
 
 
 def remember(key: bytes, raw: bytes, rec: Any) -> None:
+    """Hold the decoded chunk ``rec`` of ``raw`` at ``key``, as tuples: tuples of
+    bytes leave the cyclic GC's lists, so the cache does not make the
+    collections that every put's allocations trigger walk it."""
     if len(_DECODED) >= DECODED_MAX:
         _DECODED.clear()
-    _DECODED[(key, raw)] = rec
+    _DECODED[(key, raw)] = (tuple(rec[0]), tuple(rec[1]))
+
+
+def _checked(key: bytes, rec: Any) -> tuple[Any, Any]:
+    """The (suffixes, items) of a chunk record, checked as far as costs no loop."""
+    suffixes, blobs = rec
+    if not (type(blobs) in _SEQ and len(suffixes) == len(blobs) > 0):
+        raise CorruptRecordError(
+            f"items {key.hex()} is not a chunk of items; run `deltalog verify`"
+        )
+    return suffixes, blobs
+
+
+def lookup(key: bytes, rec: Any, suffix: bytes) -> Any:
+    """The stored fields of the item with key suffix ``suffix`` in the chunk ``rec``
+    at ``key``, or None: :meth:`Chunk.find` and :meth:`Chunk.fields` without
+    copying the chunk (a read)."""
+    suffixes, blobs = _checked(key, rec)
+    try:
+        at = bisect.bisect_left(suffixes, suffix)
+    except TypeError:  # a suffix that is no bytes: check() names the record
+        Chunk(key, list(suffixes), list(blobs)).check()
+        raise
+    if at == len(suffixes) or suffixes[at] != suffix:
+        return None
+    return _unpack(key, at, blobs[at])
+
+
+def _unpack(key: bytes, at: int, blob: Any) -> Any:
+    try:
+        return ormsgpack.unpackb(blob)
+    except (ormsgpack.MsgpackDecodeError, TypeError):
+        raise CorruptRecordError(
+            f"items {key.hex()}: item {at} does not decode; run `deltalog verify`"
+        ) from None
 
 
 def decoded(key: bytes, raw: bytes) -> Any:

@@ -46,6 +46,7 @@ from deltalog.engine.memory_chunks import (
     decoded,
     is_chunk,
     item_fields,
+    lookup,
     parse_item,
     prefix_of,
     record_items,
@@ -395,14 +396,8 @@ class MemoryReader:
         rec = self._decode(key, raw)
         if not is_chunk(rec):  # a one-item record (format 4, 5): this item's or another's
             return parse_item(namespace, ikey, rec, name_hint) if key == ikey else None
-        chunk = Chunk.of(key, rec)
-        suffix = ikey[len(prefix_of(ikey)) :]
-        at = chunk.find(suffix)
-        return (
-            parse_item(namespace, ikey, chunk.fields(at), name_hint)
-            if chunk.has(at, suffix)
-            else None
-        )
+        fields = lookup(key, rec, ikey[len(prefix_of(ikey)) :])
+        return None if fields is None else parse_item(namespace, ikey, fields, name_hint)
 
     def _decode(self, key: bytes, raw: bytes) -> Any:
         found = decoded(key, raw)
