@@ -648,7 +648,8 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
                 expires_ms=core.expires_at(now_ms, put.ttl) if put.ttl is not None else None,
             )
             ikey = writer.put_item(ns_id, rec, old)
-            writer.set_vectors(ikey, put.vectors if put.paths is not None else [])
+            if put.paths is not None or old is not None:  # a new item without vectors has none
+                writer.set_vectors(ikey, put.vectors if put.paths is not None else [])
 
     # -- verify -------------------------------------------------------------------------
 
