@@ -433,8 +433,11 @@ class MemoryReader:
         """The item at (namespace, key), expired or not; None if absent."""
         if self.items_db is None:
             return None
-        rec = self.item_at(keys.item_key(ns_id, key), namespace, key)
+        rec = self.item_at(self._item_key(ns_id, key), namespace, key)
         return rec if rec is not None and rec.key == key else None
+
+    def _item_key(self, ns_id: int, key: str) -> bytes:
+        return keys.item_key(ns_id, key)
 
     def scan(self, ns_id: int, namespace: tuple[str, ...]) -> Iterator[tuple[bytes, ItemRecord]]:
         """Every item of one namespace in key order, with its ``items`` key."""
@@ -640,6 +643,8 @@ class MemoryWriter(MemoryReader):
         self.new_namespaces: dict[tuple[str, ...], int] = {}
         #: What this op changed (None: nothing yet), for :meth:`VectorMatrix.apply`.
         self.changes: Changes | None = None
+        #: The last :meth:`_item_key` (ns_id, key, items key).
+        self._key_memo: tuple[int, str, bytes] | None = None
         #: The last :meth:`_around` (ikey, result), until the next ``items`` write.
         self._near: tuple[bytes, tuple[_Near, _Near]] | None = None
 
@@ -695,9 +700,18 @@ class MemoryWriter(MemoryReader):
         self.txn.put(keys.item_count_key(ns_id), encode_counts(ns_id, 0, 0), db=self.ns_db)
         return ns_id
 
+    def _item_key(self, ns_id: int, key: str) -> bytes:
+        # A put reads the old item, then writes it: one key encoding for both.
+        memo = self._key_memo
+        if memo is not None and memo[0] == ns_id and memo[1] == key:
+            return memo[2]
+        ikey = keys.item_key(ns_id, key)
+        self._key_memo = (ns_id, key, ikey)
+        return ikey
+
     def put_item(self, ns_id: int, rec: ItemRecord, old: ItemRecord | None) -> bytes:
         """Write an item (replacing ``old``, its TTL entry too); return its key."""
-        ikey = keys.item_key(ns_id, rec.key)
+        ikey = self._item_key(ns_id, rec.key)
         self.touch()
         with_ttl = (rec.expires_ms is not None) - (old is not None and old.expires_ms is not None)
         if old is None or with_ttl:
@@ -758,7 +772,7 @@ class MemoryWriter(MemoryReader):
 
     def delete_item(self, ns_id: int, old: ItemRecord) -> None:
         """Delete an item, its vectors and its TTL entry."""
-        ikey = keys.item_key(ns_id, old.key)
+        ikey = self._item_key(ns_id, old.key)
         self.touch().items[ikey] = None
         self._count(ns_id, -1, -(old.expires_ms is not None))
         self._remove(ikey)
