@@ -33,6 +33,7 @@ from deltalog.engine.memory_core import ItemRecord
 __all__ = [
     "CHUNK_BYTES",
     "CHUNK_COMPRESS_FROM",
+    "DECODED_ITEM_BYTES",
     "DECODED_MAX",
     "Chunk",
     "decoded",
@@ -202,13 +203,25 @@ _DECODED: dict[tuple[bytes, bytes], Any] = {}
 DECODED_MAX: Final = 1024
 
 
+#: A chunk whose items pass this many bytes is not held by :data:`_DECODED`: only
+#: a chunk of one large item does (the rest split at :data:`CHUNK_BYTES`), and
+#: 1,024 of those could hold gigabytes.
+DECODED_ITEM_BYTES: Final = 2 * CHUNK_BYTES
+
+
 def remember(key: bytes, raw: bytes, rec: Any) -> None:
     """Hold the decoded chunk ``rec`` of ``raw`` at ``key``, as tuples: tuples of
     bytes leave the cyclic GC's lists, so the cache does not make the
     collections that every put's allocations trigger walk it."""
+    try:
+        if len(raw) > DECODED_ITEM_BYTES or sum(map(len, rec[1])) > DECODED_ITEM_BYTES:
+            return
+        held = (tuple(rec[0]), tuple(rec[1]))
+    except TypeError:  # not a chunk after all: its reader raises CorruptRecordError
+        return
     if len(_DECODED) >= DECODED_MAX:
         _DECODED.clear()
-    _DECODED[(key, raw)] = (tuple(rec[0]), tuple(rec[1]))
+    _DECODED[(key, raw)] = held
 
 
 def _checked(key: bytes, rec: Any) -> tuple[Any, Any]:

@@ -232,3 +232,20 @@ def test_decoded_chunks_are_never_served_for_other_bytes(tmp_path: Path) -> None
         changed = [rec[0], [ormsgpack.packb([{"store": 3}, 1]) for _ in rec[1]]]
         _put_raw(one, key, changed)  # as another process would: no cache of ours knows it
         assert {it.value["store"] for it in one.search(("n",))} == {3}
+
+
+def test_the_decoded_chunk_cache_holds_no_large_items(tmp_path: Path) -> None:
+    """Only small chunks are cached: a chunk of one large item (which alone passes
+    CHUNK_BYTES) is not, so 1,024 cached chunks cannot grow to gigabytes of RAM."""
+    big = "z" * 200_000  # compresses to almost nothing: the cache must look at the items
+    with DeltaLogStore.from_path(tmp_path / "s") as store:
+        for i in range(20):
+            store.put(("big",), f"k{i:02}", {"text": big, "i": i})
+            store.put(("small",), f"k{i:02}", {"i": i})
+        for i in range(20):
+            got = store.get(("big",), f"k{i:02}")
+            assert got is not None and got.value["i"] == i
+        held = list(memory_chunks._DECODED.values())
+        assert held, "the small chunks are cached"
+        assert max(sum(map(len, blobs)) for _, blobs in held) <= memory_chunks.DECODED_ITEM_BYTES
+        assert store.verify() == []
