@@ -306,17 +306,18 @@ def pack_items(txn: Any, db: Any, codec: Any) -> None:
     the greatest key at or below its own.
     """
     rows = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db).iternext()]
-    run = Chunk(b"", [], [])
-    run_keys: list[bytes] = []
+    suffixes: list[bytes] = []  # the items of the run of records being packed
+    blobs: list[bytes] = []
+    run_keys: list[bytes] = []  # the records they come from
 
     def flush() -> None:
         if run_keys:
             for old in run_keys:
                 txn.delete(old, db=db)
-            run.key = prefix_of(run_keys[0]) + run.suffixes[0]
-            Chunk(run.key, list(run.suffixes), list(run.blobs)).write(txn, db, codec)
-        run.suffixes.clear()
-        run.blobs.clear()
+            first = prefix_of(run_keys[0]) + suffixes[0]
+            Chunk(first, suffixes[:], blobs[:]).write(txn, db, codec)
+        suffixes.clear()
+        blobs.clear()
         run_keys.clear()
 
     for key, raw in rows:
@@ -332,8 +333,8 @@ def pack_items(txn: Any, db: Any, codec: Any) -> None:
             continue
         prefix = prefix_of(key)
         for ikey, item in found:
-            run.suffixes.append(ikey[len(prefix) :])
-            run.blobs.append(ormsgpack.packb(item_fields(item, ikey)))
+            suffixes.append(ikey[len(prefix) :])
+            blobs.append(ormsgpack.packb(item_fields(item, ikey)))
         run_keys.append(key)
     flush()
 

@@ -413,7 +413,7 @@ class MemoryReader:
         (the one that would hold it) and just above it, as (key, raw) or None."""
         prefix = prefix_of(ikey)
         cur = self.txn.cursor(db=self.items_db)
-        after: tuple[bytes, bytes] | None = None
+        after: _Near = None
         if cur.set_range(ikey):
             key = bytes(cur.key())
             if key == ikey:

@@ -34,7 +34,7 @@ step        what changes on disk
             re-encoded with its blob mask (:func:`mask_blobs`)
 5 → 6       the memory store's items are packed: each namespace's one-item
             ``items`` records become chunk records of several items each
-            (:func:`deltalog.engine.memory_io.pack_items`); a record that
+            (:func:`deltalog.engine.memory_chunks.pack_items`); a record that
             fails its CRC stays where it is, and the chunks end before it
 ==========  =================================================================
 
