@@ -349,11 +349,17 @@ def test_fork_after_open_child_reopens_parent_undisturbed(
         graph.invoke({"messages": [human(turn)]}, cfg("parent"))
     before = observe(graph.get_state(cfg("parent")))
     inherited = saver.env.env
+    # The child reads the parent's thread before the parent writes on: otherwise,
+    # on a loaded machine, the child's read can see the parent's next turn.
+    read_done, child_read = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never return into pytest
         code = 1
+        os.close(read_done)
         try:
             assert observe(graph.get_state(cfg("parent"))) == before
+            os.write(child_read, b"r")
+            os.close(child_read)
             for turn in range(4):
                 graph.invoke({"messages": [human(turn)]}, cfg("child"))
             assert saver.env.env is not inherited
@@ -364,6 +370,9 @@ def test_fork_after_open_child_reopens_parent_undisturbed(
             traceback.print_exc()
         finally:
             os._exit(code)
+    os.close(child_read)
+    os.read(read_done, 1)  # b"" if the child failed before it: waitpid says so
+    os.close(read_done)
     for turn in range(3, 7):  # the parent writes while the child does
         graph.invoke({"messages": [human(turn)]}, cfg("parent"))
     _, status = os.waitpid(pid, 0)
