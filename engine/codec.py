@@ -171,6 +171,19 @@ def _seal(framed: bytes, key: bytes | None, prefix: bytes) -> bytes:
     return framed + zlib.crc32(framed, _seed(framed[0], key, prefix)).to_bytes(CRC_SIZE, "big")
 
 
+def _seal_body(tag: int, body: bytes, key: bytes | None, prefix: bytes) -> bytes:
+    """:func:`_seal` of ``tag`` followed by ``body``, copying ``body`` once (the
+    CRC runs over the tag byte, then the body)."""
+    if key is not None:
+        tag |= KEYED
+    head = _TAG_BYTES[tag]
+    crc = zlib.crc32(body, zlib.crc32(head, _seed(tag, key, prefix)))
+    return b"".join((head, body, crc.to_bytes(CRC_SIZE, "big")))
+
+
+_TAG_BYTES: Final = tuple(bytes((tag,)) for tag in range(256))
+
+
 def encode_dictionary(key: bytes, dictionary: bytes) -> bytes:
     """A trained dictionary as stored in ``meta`` under ``key`` (``dict:N``): since
     format 5 a record framed over its key, so a flipped bit is caught before a
@@ -577,15 +590,15 @@ class RecordCodec:
         would fill the samples with near copies of themselves.
         """
         threshold = self.compress_threshold
-        if threshold is not None and compress_from is not None:
-            threshold = min(threshold, compress_from)
-        framed = bytes((TAG_PLAIN,)) + body
+        if threshold is not None and compress_from is not None and compress_from < threshold:
+            threshold = compress_from
+        tag, payload = TAG_PLAIN, body
         if threshold is not None:
             active = self.active_dictionary
             if active is not None and len(body) >= DICT_MIN and not fast:
                 packed = self.compressor.compress_with_dict(body, active, self.dictionaries[active])
                 if len(packed) + 4 < len(body):
-                    framed = bytes((TAG_DICT,)) + active.to_bytes(4, "big") + packed
+                    tag, payload = TAG_DICT, active.to_bytes(4, "big") + packed
             else:
                 if active is None and DICT_MIN <= len(body) <= 16 * 1024 and not fast:
                     self._sample(body)
@@ -593,8 +606,8 @@ class RecordCodec:
                     compress = self.compressor.compress_fast if fast else self.compressor.compress
                     packed = compress(body)
                     if len(packed) < len(body):
-                        framed = bytes((TAG_ZSTD,)) + packed
-        return _seal(framed, key, prefix)
+                        tag, payload = TAG_ZSTD, packed
+        return _seal_body(tag, payload, key, prefix)
 
     def rekey(
         self, data: bytes, old_key: bytes | None, new_key: bytes, what: str, *, prefix: bytes = b""

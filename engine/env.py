@@ -252,7 +252,8 @@ class Environment(EnvironmentBase):
             try:
                 self._hand_dictionaries(txn)
                 failed = None
-                started = time.perf_counter()
+                started = time.perf_counter() if before_commit is not None else 0.0
+                running = IN_WRITE_OP.__dict__.setdefault("stores", set())
                 for req in pending:
                     if before_commit is not None and (
                         not req.history_safe or time.perf_counter() - started > WAKE_AFTER
@@ -261,11 +262,11 @@ class Environment(EnvironmentBase):
                         # the last batch is durable and waits no longer.
                         before_commit()
                         before_commit = None
-                    wtxns.append(WriteTxn(self, txn, names))
-                    running = IN_WRITE_OP.__dict__.setdefault("stores", set())
+                    wtxn = WriteTxn(self, txn, names)
+                    wtxns.append(wtxn)
                     running.add(self)
                     try:
-                        req.value = req.op(wtxns[-1])
+                        req.value = req.op(wtxn)
                     except lmdb.MapFullError:
                         raise
                     except BaseException as exc:
@@ -287,13 +288,17 @@ class Environment(EnvironmentBase):
                     continue
                 # Before the commit is visible: a reader that sees it must also
                 # see what it invalidates.
-                self.memo.before_commit(
-                    txn_id,
-                    groups=[g for w in wtxns for g in w.memo_groups],
-                    everything=any(w.memo_everything for w in wtxns)
-                    or not all(req.history_safe for req in pending),
-                    new_blobs=[b for w in wtxns for b in w.memo_blobs],
-                )
+                everything = False
+                groups: list[tuple[int, int]] = []
+                new_blobs: list[tuple[int, int, bytes]] = []
+                for w, req in zip(wtxns, pending, strict=True):
+                    everything = everything or w.memo_everything or not req.history_safe
+                    groups.extend(w.memo_groups)
+                    new_blobs.extend(w.memo_blobs)
+                if everything or groups or new_blobs:  # a memory op reports nothing
+                    self.memo.before_commit(
+                        txn_id, groups=groups, everything=everything, new_blobs=new_blobs
+                    )
                 if before_commit is not None:
                     before_commit()
                     before_commit = None

@@ -373,7 +373,23 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
         puts: dict[_Key, _PutPlan] = {}
         for i, op in enumerate(listed):
             what = f"op {i} ({type(op).__name__})"
-            if isinstance(op, GetOp):
+            if isinstance(op, PutOp):  # first: the common op
+                _check_key(op.key, what)
+                if op.value is None:
+                    ns = core.validate_labels(op.namespace)
+                    puts[(ns, op.key)] = _PutPlan(op, ns, None, None, None)
+                    continue
+                # Labels only, as the contract's validate_op_namespace: put()
+                # also refuses () and the root "langgraph", but a batch may
+                # use them (LangGraph's own code does, as InMemoryStore allows).
+                ns = core.validate_labels(op.namespace)
+                value = core.check_value(
+                    op.value,
+                    lambda: f"{what} {ns!r}/{op.key!r:.60}",  # noqa: B023 (called here)
+                )
+                ttl = core.check_ttl(op.ttl, what)
+                puts[(ns, op.key)] = _PutPlan(op, ns, value, ttl, self._paths(op.index, what))
+            elif isinstance(op, GetOp):
                 core.validate_labels(op.namespace)
                 _check_key(op.key, what)
             elif isinstance(op, SearchOp):
@@ -397,22 +413,6 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
                     or op.max_depth < 1
                 ):
                     raise ItemValueError(f"{what}: max_depth {op.max_depth!r} is not an int >= 1")
-            elif isinstance(op, PutOp):
-                _check_key(op.key, what)
-                if op.value is None:
-                    ns = core.validate_labels(op.namespace)
-                    puts[(ns, op.key)] = _PutPlan(op, ns, None, None, None)
-                    continue
-                # Labels only, as the contract's validate_op_namespace: put()
-                # also refuses () and the root "langgraph", but a batch may
-                # use them (LangGraph's own code does, as InMemoryStore allows).
-                ns = core.validate_labels(op.namespace)
-                value = core.check_value(
-                    op.value,
-                    lambda: f"{what} {ns!r}/{op.key!r:.60}",  # noqa: B023 (called here)
-                )
-                ttl = core.check_ttl(op.ttl, what)
-                puts[(ns, op.key)] = _PutPlan(op, ns, value, ttl, self._paths(op.index, what))
             else:
                 raise ItemValueError(
                     f"op {i} is a {type(op).__name__}; pass GetOp, SearchOp, PutOp or "

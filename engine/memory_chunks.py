@@ -188,7 +188,8 @@ class Chunk:
             return
         value = codec.encode_body(body, key=self.key, compress_from=CHUNK_COMPRESS_FROM, fast=True)
         txn.put(self.key, value, db=db)
-        remember(self.key, value, [self.suffixes, self.blobs])
+        if len(body) <= DECODED_ITEM_BYTES:  # the items are smaller than the body
+            _hold(self.key, value, (tuple(self.suffixes), tuple(self.blobs)))
 
 
 #: Chunks decoded or written lately: (``items`` key, record bytes) -> the decoded
@@ -219,6 +220,10 @@ def remember(key: bytes, raw: bytes, rec: Any) -> None:
         held = (tuple(rec[0]), tuple(rec[1]))
     except TypeError:  # not a chunk after all: its reader raises CorruptRecordError
         return
+    _hold(key, raw, held)
+
+
+def _hold(key: bytes, raw: bytes, held: tuple[tuple[Any, ...], tuple[Any, ...]]) -> None:
     if len(_DECODED) >= DECODED_MAX:
         _DECODED.clear()
     _DECODED[(key, raw)] = held

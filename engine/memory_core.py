@@ -438,12 +438,17 @@ def _apply(actual: Any, op: str, operand: Any) -> bool:
 
 _COUNTER = struct.Struct(">QI")
 _COUNTS = struct.Struct(">QQI")
+_COUNTS_BODY = struct.Struct(">QQ")
+
+
+#: The CRC-32 of the change counter's key: the seed of its record's CRC.
+_COUNTER_SEED: Final = zlib.crc32(keys.ITEM_CHANGES)
 
 
 def encode_counter(value: int) -> bytes:
     """The change counter record (u64 and a CRC-32 over key and value)."""
     raw = value.to_bytes(8, "big")
-    return raw + zlib.crc32(raw, zlib.crc32(keys.ITEM_CHANGES)).to_bytes(4, "big")
+    return raw + zlib.crc32(raw, _COUNTER_SEED).to_bytes(4, "big")
 
 
 def decode_counter(raw: bytes) -> int:
@@ -451,15 +456,17 @@ def decode_counter(raw: bytes) -> int:
     if len(raw) != _COUNTER.size:
         raise CorruptRecordError(f"item_ns change counter is {len(raw)} bytes, not 12")
     value, crc = _COUNTER.unpack(raw)
-    if zlib.crc32(raw[:8], zlib.crc32(keys.ITEM_CHANGES)) != crc:
+    if zlib.crc32(raw[:8], _COUNTER_SEED) != crc:
         raise CorruptRecordError("item_ns change counter fails its checksum")
     return int(value)
 
 
-def encode_counts(ns_id: int, items: int, with_ttl: int) -> bytes:
-    """A namespace's count record: its items, those with a TTL, a CRC-32."""
-    raw = struct.pack(">QQ", items, with_ttl)
-    return raw + zlib.crc32(raw, zlib.crc32(keys.item_count_key(ns_id))).to_bytes(4, "big")
+def encode_counts(ns_id: int, items: int, with_ttl: int, *, key: bytes | None = None) -> bytes:
+    """A namespace's count record: its items, those with a TTL, a CRC-32
+    (``key``: the record's key, ``keys.item_count_key(ns_id)``, if at hand)."""
+    raw = _COUNTS_BODY.pack(items, with_ttl)
+    seed = zlib.crc32(keys.item_count_key(ns_id) if key is None else key)
+    return raw + zlib.crc32(raw, seed).to_bytes(4, "big")
 
 
 def decode_counts(key: bytes, raw: bytes) -> tuple[int, int]:

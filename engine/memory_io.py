@@ -298,10 +298,11 @@ class MemoryReader:
     def __init__(self, txn: ReadTxn) -> None:
         self.txn = txn.txn
         self.codec = txn.env.codec
-        self.items_db = txn.env.db("items")
-        self.ns_db = txn.env.db("item_ns")
-        self.vectors_db = txn.env.db("item_vectors")
-        self.ttl_db = txn.env.db("item_ttl")
+        dbs = txn.dbs  # the env's handles (Environment.db by name)
+        self.items_db = dbs.items
+        self.ns_db = dbs.item_ns
+        self.vectors_db = dbs.item_vectors
+        self.ttl_db = dbs.item_ttl
 
     @property
     def available(self) -> bool:
@@ -673,7 +674,7 @@ class MemoryWriter(MemoryReader):
         if raw is None:
             return  # no counts for this namespace: they stay unknown (never half-right)
         have, have_ttl = decode_counts(key, raw)
-        value = encode_counts(ns_id, max(0, have + items), max(0, have_ttl + with_ttl))
+        value = encode_counts(ns_id, max(0, have + items), max(0, have_ttl + with_ttl), key=key)
         self.txn.put(key, value, db=self.ns_db)
 
     def intern_ns(self, namespace: tuple[str, ...]) -> int:
@@ -712,14 +713,14 @@ class MemoryWriter(MemoryReader):
     def put_item(self, ns_id: int, rec: ItemRecord, old: ItemRecord | None) -> bytes:
         """Write an item (replacing ``old``, its TTL entry too); return its key."""
         ikey = self._item_key(ns_id, rec.key)
-        self.touch()
+        changes = self.touch()
         with_ttl = (rec.expires_ms is not None) - (old is not None and old.expires_ms is not None)
         if old is None or with_ttl:
             self._count(ns_id, old is None, with_ttl)
         if old is not None and old.expires_ms is not None:
             self.txn.delete(keys.item_ttl_key(old.expires_ms, ikey), db=self.ttl_db)
         self._store(ikey, item_fields(rec, ikey))
-        self.touch().items[ikey] = rec
+        changes.items[ikey] = rec
         if rec.expires_ms is not None:
             self.txn.put(keys.item_ttl_key(rec.expires_ms, ikey), b"", db=self.ttl_db)
         return ikey
