@@ -5,7 +5,10 @@ minute) or without ``--quick`` (adds vector top-10 over 100k items). Every
 store gets the same workload in the same run:
 
 * single durable puts/s: one ``put`` per call (deltalog fsyncs each commit;
-  SqliteStore commits each ``put`` in WAL-less default journal mode),
+  SqliteStore commits each ``put`` in WAL-less default journal mode), and
+  the same from 8 threads at once: :data:`PUT_ROUNDS` rounds, the stores
+  interleaved in a rotating order within each round (the fsync latency of a
+  shared machine drifts over seconds), each figure the median of its rounds,
 * batched puts/s: loading N items in ``batch`` calls of 100 puts, 64-dim
   vectors for the stores with an index,
 * get p50/p99 over 1,000 random keys,
@@ -51,6 +54,8 @@ DIMS = 64
 NAMESPACES = 1000
 #: Writer threads of the concurrent-puts figure (each its own namespace).
 WRITERS = 8
+#: Rounds of the two durable-put figures (see the module docstring).
+PUT_ROUNDS = 5
 
 
 @dataclass
@@ -184,11 +189,10 @@ def measure(
     folder = Path(tempfile.mkdtemp(prefix=f"store-bench-{name}-"))
     try:
         with _open(name, folder, embed, dsn) as store:
-            start = time.perf_counter()
-            for i in range(singles):
-                store.put(("single",), f"s{i}", {"n": i}, index=False)
-            result.single_puts_s = singles / (time.perf_counter() - start)
-            result.concurrent_puts_s = _concurrent_puts(store, WRITERS, max(10, singles // 4))
+            # The items of the timed single puts (put_rounds), for the bytes.
+            store.batch(
+                [PutOp(("single",), f"s{i}", {"n": i}, index=False) for i in range(singles)]
+            )
             start = time.perf_counter()
             for lo in range(0, n, 100):
                 store.batch(
@@ -228,7 +232,39 @@ def measure(
     return result
 
 
-def _concurrent_puts(store: Any, writers: int, each: int) -> float:
+def put_rounds(
+    names: tuple[str, ...], singles: int, dsn: str | None, rounds: int = PUT_ROUNDS
+) -> dict[str, tuple[float, float]]:
+    """Each store's median (single puts/s, puts/s from :data:`WRITERS` threads).
+
+    Every store is open at once, on a fresh file; each round times ``singles``
+    single puts, then ``singles // 4`` puts from each thread, store after
+    store, starting one store later each round.
+    """
+    singles_s: dict[str, list[float]] = {name: [] for name in names}
+    threads_s: dict[str, list[float]] = {name: [] for name in names}
+    with contextlib.ExitStack() as stack:
+        stores = {}
+        for name in names:
+            folder = Path(tempfile.mkdtemp(prefix=f"store-bench-puts-{name}-"))
+            stack.callback(shutil.rmtree, folder, True)
+            stores[name] = stack.enter_context(_open(name, folder, None, dsn))
+        for r in range(rounds):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                store = stores[name]
+                start = time.perf_counter()
+                for i in range(singles):
+                    store.put(("single",), f"r{r}-s{i}", {"n": i}, index=False)
+                singles_s[name].append(singles / (time.perf_counter() - start))
+                each = max(10, singles // 4)
+                threads_s[name].append(_concurrent_puts(store, WRITERS, each, tag=f"r{r}-"))
+    return {
+        name: (statistics.median(singles_s[name]), statistics.median(threads_s[name]))
+        for name in names
+    }
+
+
+def _concurrent_puts(store: Any, writers: int, each: int, tag: str = "") -> float:
     """Single durable puts per second with ``writers`` threads putting at once."""
     barrier = threading.Barrier(writers + 1)
     errors: list[BaseException] = []
@@ -237,7 +273,7 @@ def _concurrent_puts(store: Any, writers: int, each: int) -> float:
         barrier.wait()
         try:
             for i in range(each):
-                store.put(("concurrent", f"w{n}"), f"c{i}", {"n": i}, index=False)
+                store.put(("concurrent", f"w{n}"), f"{tag}c{i}", {"n": i}, index=False)
         except BaseException as exc:  # reported below: a failed put fails the figure
             errors.append(exc)
 
@@ -261,8 +297,7 @@ def _plain_bytes(n: int, singles: int, folder: Path) -> int | None:
     sub = folder / "plain"
     sub.mkdir()
     with _open("deltalog", sub, None, None) as store:
-        for i in range(singles):
-            store.put(("single",), f"s{i}", {"n": i}, index=False)
+        store.batch([PutOp(("single",), f"s{i}", {"n": i}, index=False) for i in range(singles)])
         for lo in range(0, n, 100):
             store.batch([PutOp(_ns(i), f"k{i}", _value(i)) for i in range(lo, min(n, lo + 100))])
         return _bytes("deltalog", store, sub)
@@ -291,7 +326,11 @@ def run_store_bench(
 ) -> list[StoreResult]:
     """Measure every store (deltalog first); PostgresStore only with ``dsn``."""
     names = stores or ("deltalog", "memory", "sqlite") + (("postgres",) if dsn else ())
-    return [measure(s, n, big=big, singles=singles, dsn=dsn) for s in names]
+    puts = put_rounds(names, singles, dsn)
+    results = [measure(s, n, big=big, singles=singles, dsn=dsn) for s in names]
+    for result in results:
+        result.single_puts_s, result.concurrent_puts_s = puts[result.name]
+    return results
 
 
 _ROWS: list[tuple[str, str, bool, float | None, str]] = [
@@ -356,7 +395,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deltalog.bench.store_bench")
     parser.add_argument("--quick", action="store_true", help="10k items, no 100k vector run")
     parser.add_argument("--items", type=int, default=10_000, help="items loaded (default 10k)")
-    parser.add_argument("--singles", type=int, default=200, help="single puts timed")
+    parser.add_argument(
+        "--singles", type=int, default=200, help="single puts timed per round (and from threads)"
+    )
     parser.add_argument(
         "--postgres",
         nargs="?",

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 from deltalog.bench import cli as bench_cli
-from deltalog.bench.store_bench import Lookup, run_store_bench, table
+from deltalog.bench.store_bench import Lookup, put_rounds, run_store_bench, table
 
 
 def test_tiny_run_measures_every_store() -> None:
@@ -28,6 +28,14 @@ def test_tiny_run_measures_every_store() -> None:
     assert "| single durable puts |" in text and "| bytes on disk |" in text
     assert "| bytes on disk, no vectors |" in text
     assert text.count("met") + text.count("missed") >= 5
+
+
+def test_put_rounds_time_every_store_in_every_round() -> None:
+    """The durable-put figures are medians over interleaved rounds, one pair per store."""
+    got = put_rounds(("deltalog", "sqlite"), 5, None, rounds=3)
+    assert sorted(got) == ["deltalog", "sqlite"]
+    for single, threads in got.values():
+        assert single > 0 and threads > 0
 
 
 def test_lookup_embedder_is_deterministic() -> None:
