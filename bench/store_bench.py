@@ -232,14 +232,20 @@ def measure(
     return result
 
 
+def round_order(names: tuple[str, ...], r: int) -> tuple[str, ...]:
+    """The stores in the order round ``r`` times them: one later each round."""
+    k = r % len(names)
+    return names[k:] + names[:k]
+
+
 def put_rounds(
     names: tuple[str, ...], singles: int, dsn: str | None, rounds: int = PUT_ROUNDS
-) -> dict[str, tuple[float, float]]:
-    """Each store's median (single puts/s, puts/s from :data:`WRITERS` threads).
+) -> dict[str, tuple[list[float], list[float]]]:
+    """Each store's (single puts/s, puts/s from :data:`WRITERS` threads), one per round.
 
     Every store is open at once, on a fresh file; each round times ``singles``
     single puts, then ``singles // 4`` puts from each thread, store after
-    store, starting one store later each round.
+    store in :func:`round_order`.
     """
     singles_s: dict[str, list[float]] = {name: [] for name in names}
     threads_s: dict[str, list[float]] = {name: [] for name in names}
@@ -250,7 +256,7 @@ def put_rounds(
             stack.callback(shutil.rmtree, folder, True)
             stores[name] = stack.enter_context(_open(name, folder, None, dsn))
         for r in range(rounds):
-            for name in names[r % len(names) :] + names[: r % len(names)]:
+            for name in round_order(names, r):
                 store = stores[name]
                 start = time.perf_counter()
                 for i in range(singles):
@@ -258,10 +264,7 @@ def put_rounds(
                 singles_s[name].append(singles / (time.perf_counter() - start))
                 each = max(10, singles // 4)
                 threads_s[name].append(_concurrent_puts(store, WRITERS, each, tag=f"r{r}-"))
-    return {
-        name: (statistics.median(singles_s[name]), statistics.median(threads_s[name]))
-        for name in names
-    }
+    return {name: (singles_s[name], threads_s[name]) for name in names}
 
 
 def _concurrent_puts(store: Any, writers: int, each: int, tag: str = "") -> float:
@@ -329,7 +332,9 @@ def run_store_bench(
     puts = put_rounds(names, singles, dsn)
     results = [measure(s, n, big=big, singles=singles, dsn=dsn) for s in names]
     for result in results:
-        result.single_puts_s, result.concurrent_puts_s = puts[result.name]
+        single, threads = puts[result.name]
+        result.single_puts_s = statistics.median(single)
+        result.concurrent_puts_s = statistics.median(threads)
     return results
 
 

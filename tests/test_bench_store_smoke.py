@@ -7,7 +7,7 @@ import sys
 
 import pytest
 from deltalog.bench import cli as bench_cli
-from deltalog.bench.store_bench import Lookup, put_rounds, run_store_bench, table
+from deltalog.bench.store_bench import Lookup, put_rounds, round_order, run_store_bench, table
 
 
 def test_tiny_run_measures_every_store() -> None:
@@ -31,11 +31,20 @@ def test_tiny_run_measures_every_store() -> None:
 
 
 def test_put_rounds_time_every_store_in_every_round() -> None:
-    """The durable-put figures are medians over interleaved rounds, one pair per store."""
+    """The durable-put figures come from interleaved rounds: every store once per round,
+    starting one store later each round."""
     got = put_rounds(("deltalog", "sqlite"), 5, None, rounds=3)
     assert sorted(got) == ["deltalog", "sqlite"]
     for single, threads in got.values():
-        assert single > 0 and threads > 0
+        assert len(single) == len(threads) == 3
+        assert all(x > 0 for x in single + threads)
+    names = ("deltalog", "memory", "sqlite")
+    assert [round_order(names, r) for r in range(4)] == [
+        names,
+        ("memory", "sqlite", "deltalog"),
+        ("sqlite", "deltalog", "memory"),
+        names,
+    ]
 
 
 def test_lookup_embedder_is_deterministic() -> None:
