@@ -175,3 +175,41 @@ def test_an_interrupted_caller_whose_write_is_in_another_leaders_batch_learns_it
             assert env.commits.idle()
     finally:
         signal.signal(signal.SIGUSR1, previous)
+
+
+@pytest.mark.timeout(60)
+def test_signals_during_a_main_thread_commit_run_their_handlers_after_it(tmp_path: Path) -> None:
+    """Signals that arrive while the main thread leads a commit are held, then every one of
+    them reaches the application's handler once the write returns, in order."""
+    seen: list[tuple[int, bool]] = []
+    inside = threading.Event()
+
+    def handler(signum: int, frame: Any) -> None:
+        seen.append((signum, inside.is_set()))
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGUSR1, signal.SIGUSR2)}
+    try:
+        with DeltaLogSaver.from_path(tmp_path / "s") as saver:
+            sent = [signal.SIGUSR1, signal.SIGUSR2, signal.SIGUSR1]
+
+            def sender() -> None:
+                inside.wait(10)
+                for signum in sent:
+                    os.kill(os.getpid(), signum)
+                    time.sleep(0.05)  # the op's loop runs Python between two signals
+
+            def op(w: Any) -> None:
+                inside.set()
+                deadline = time.monotonic() + 10
+                while thread.is_alive() and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                inside.clear()
+
+            thread = threading.Thread(target=sender)
+            thread.start()
+            saver.env.write(op)
+            thread.join(10)
+            assert seen == [(signum, False) for signum in sent]
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
