@@ -23,6 +23,7 @@ can make.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from typing import Any, Final
 
 import ormsgpack
@@ -136,11 +137,7 @@ class Chunk:
 
     def find(self, suffix: bytes) -> int:
         """The position of ``suffix``, or where it would go (see :meth:`has`)."""
-        try:
-            return bisect.bisect_left(self.suffixes, suffix)
-        except TypeError:  # a suffix that is no bytes: check() names the record
-            self.check()
-            raise
+        return _position(self.key, self.suffixes, self.blobs, suffix)
 
     def has(self, at: int, suffix: bytes) -> bool:
         return at < len(self.suffixes) and self.suffixes[at] == suffix
@@ -244,14 +241,19 @@ def lookup(key: bytes, rec: Any, suffix: bytes) -> Any:
     at ``key``, or None: :meth:`Chunk.find` and :meth:`Chunk.fields` without
     copying the chunk (a read)."""
     suffixes, blobs = _checked(key, rec)
-    try:
-        at = bisect.bisect_left(suffixes, suffix)
-    except TypeError:  # a suffix that is no bytes: check() names the record
-        Chunk(key, list(suffixes), list(blobs)).check()
-        raise
+    at = _position(key, suffixes, blobs, suffix)
     if at == len(suffixes) or suffixes[at] != suffix:
         return None
     return _unpack(key, at, blobs[at])
+
+
+def _position(key: bytes, suffixes: Sequence[Any], blobs: Sequence[Any], suffix: bytes) -> int:
+    """Where ``suffix`` is, or would go, among a chunk's sorted ``suffixes``."""
+    try:
+        return bisect.bisect_left(suffixes, suffix)
+    except TypeError:  # a suffix that is no bytes: check() names the record
+        Chunk(key, list(suffixes), list(blobs)).check()
+        raise
 
 
 def _unpack(key: bytes, at: int, blob: Any) -> Any:

@@ -8,7 +8,7 @@ from pathlib import Path
 import lmdb
 import ormsgpack
 import pytest
-from deltalog.engine import DeltaLogStore, memory_chunks
+from deltalog.engine import CorruptRecordError, DeltaLogStore, memory_chunks
 from deltalog.engine.memory_chunks import CHUNK_BYTES, Chunk, is_chunk
 from deltalog.engine.write_txn import WriteTxn
 from hypothesis import given, settings
@@ -249,3 +249,19 @@ def test_the_decoded_chunk_cache_holds_no_large_items(tmp_path: Path) -> None:
         assert held, "the small chunks are cached"
         assert max(sum(map(len, blobs)) for _, blobs in held) <= memory_chunks.DECODED_ITEM_BYTES
         assert store.verify() == []
+
+
+def test_a_chunk_with_a_suffix_that_is_no_bytes_is_damage(tmp_path: Path) -> None:
+    """A chunk whose checksum holds but one of whose key suffixes is not bytes makes a get
+    and a put in its range raise CorruptRecordError naming the record, never TypeError."""
+    with DeltaLogStore.from_path(tmp_path / "s") as store:
+        for i in range(5):
+            store.put(("n",), f"k{i}", {"i": i})
+        [(key, rec)] = _records(store)
+        assert isinstance(rec, list)
+        _put_raw(store, key, [[rec[0][0], 7, *rec[0][2:]], rec[1]])
+    with DeltaLogStore.from_path(tmp_path / "s") as store:  # no cache of ours knows it
+        with pytest.raises(CorruptRecordError, match=key.hex()):
+            store.get(("n",), "k1")
+        with pytest.raises(CorruptRecordError, match=key.hex()):
+            store.put(("n",), "k1", {"i": 11})
