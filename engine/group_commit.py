@@ -126,9 +126,10 @@ class _Deferred:
                 _signal.signal(signum, handler)
         finally:
             _deferring = False
-        saved = dict(self.saved)
-        for signum in self.pending:
-            saved[signum](signum, sys._getframe())
+        if self.pending:  # rare: a put without a signal builds nothing here
+            saved = dict(self.saved)
+            for signum in self.pending:
+                saved[signum](signum, sys._getframe())
 
 
 # How often an interrupted caller whose op is in a running batch looks whether
