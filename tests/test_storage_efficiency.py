@@ -256,6 +256,32 @@ def test_record_dictionary_is_trained_stored_and_shared(
         other.close()
 
 
+def test_a_workload_of_large_records_gets_a_dictionary_too() -> None:
+    """Records of ~4 KB (a large-message chat's) fill the sample bytes in fewer records than
+    training asks for; sampling goes on and a dictionary is trained, and records of the
+    same shape then compress with it."""
+    import random
+
+    from deltalog.engine.codec import TAG_DICT, TRAIN_BYTES
+
+    words = ["checkpoint", "thread", "channel", "delta", "the", "of", "replay", "store"]
+    rng = random.Random(7)
+
+    def body() -> bytes:
+        text = " ".join(rng.choice(words) for _ in range(600))
+        return b"\x92\xa7message" + text.encode()[:4000]
+
+    codec = RecordCodec()
+    seen = 0
+    while not codec.wants_training:
+        codec.encode_body(body())
+        seen += 1
+        assert seen < 400, "sampling never asked for training"
+    assert seen * 4000 > TRAIN_BYTES
+    codec.install(1, codec.train(), activate=True)
+    assert codec.encode_body(body())[0] == TAG_DICT
+
+
 _TRAINER = """
 import sys
 from deltalog.engine import DeltaLogSaver
