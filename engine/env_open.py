@@ -315,8 +315,36 @@ class EnvironmentBase:
                     "writable once, which zero-fills the gap safely, or restore a backup"
                 )
         else:
+            if os.path.getsize(data) < self._page_end():
+                self._refuse_lost_pages(data)
             self._fill_gap(logging.WARNING)
         self._check_identity()
+
+    def _refuse_lost_pages(self, data: str) -> None:
+        """Refuse a data file that lost pages its trees use, before filling the gap.
+
+        A gap of free pages is harmless (see :meth:`_check_opened`), but when a
+        truncation took pages in use, LMDB reads their zero-filled copies as
+        tree pages and *asserts*, aborting the interpreter. So the trees are
+        walked first, in a child process (the page walk of ``verify``): a walk
+        that stops at a page past the end (SIGBUS, or LMDB reporting damage)
+        refuses the open and leaves the file as it is. Cost: one walk of the
+        store, only on an open that finds a gap (a truncated copy, or a writer
+        killed after allocating pages it never wrote).
+
+        Raises:
+            StoreOpenError: A page in use lies past the end of the file.
+        """
+        from deltalog.engine.table_check import page_walk
+
+        found = page_walk(self.path, locked=self.locked)
+        if found:
+            raise StoreOpenError(
+                f"{data!r} is {os.path.getsize(data)} bytes but its pages reach "
+                f"{self._page_end()} bytes, and pages the store uses are among the missing "
+                f"({found[0][2]}): the file was truncated. Nothing was changed; restore it "
+                "from a backup"
+            )
 
     def _check_identity(self) -> None:
         """Refuse an LMDB environment that deltalog did not create, before touching it.

@@ -122,7 +122,7 @@ class TableCheck:
         db = getattr(r.dbs, db_name)
         check = getattr(self, f"check_{db_name}")
         cur = r.txn.cursor(db=db)
-        # The child's page walk (Environment._page_walk) found LMDB's view sound.
+        # The child's page walk (page_walk) found LMDB's view sound.
         ok = cur.set_range(start)
         while ok:
             key, raw = bytes(cur.key()), bytes(cur.value())
@@ -240,7 +240,8 @@ def verify_tables(env: EnvironmentBase) -> list[tuple[str, str | None, str]]:
         (kind, thread_id or None, detail) per finding; every one is an error.
         A finding of kind ``unreadable`` means LMDB found a damaged page.
     """
-    damaged = _page_walk(env)
+    env._check_pid()
+    damaged = page_walk(env.path, locked=env.locked)
     if damaged:
         return damaged
     with env.read() as r:
@@ -261,18 +262,19 @@ def verify_tables(env: EnvironmentBase) -> list[tuple[str, str | None, str]]:
     return check.out
 
 
-def _page_walk(env: EnvironmentBase) -> list[tuple[str, str | None, str]]:
-    """LMDB's own view of every page, from a child process (see ``_PAGE_WALK``):
-    an ``unreadable`` finding per database where LMDB reports or aborts on damage."""
-    env._check_pid()
+def page_walk(path: str, *, locked: bool) -> list[tuple[str, str | None, str]]:
+    """LMDB's own view of every page of the store at ``path``, from a child process (see
+    ``_PAGE_WALK``): an ``unreadable`` finding per database where LMDB reports or aborts
+    on damage. ``locked``: whether this process holds LMDB's lock file (the child then
+    reads with it; else lock-free)."""
     try:
         done = subprocess.run(
             [
                 sys.executable,
                 "-c",
                 _PAGE_WALK,
-                env.path,
-                "1" if env.locked else "0",
+                path,
+                "1" if locked else "0",
                 *TableCheck.ORDER,
             ],
             capture_output=True,
@@ -282,10 +284,10 @@ def _page_walk(env: EnvironmentBase) -> list[tuple[str, str | None, str]]:
     except subprocess.TimeoutExpired:
         return [("unreadable", None, f"the page walk took over {_PAGE_WALK_TIMEOUT} s")]
     except OSError as exc:  # this user may not run sys.executable (a read-only user)
-        logger.warning("verify: page walk of %s could not run (%s)", env.path, exc)
+        logger.warning("verify: page walk of %s could not run (%s)", path, exc)
         return []
     if not done.stdout.startswith("D "):  # the child never ran (no usable sys.executable?)
-        logger.warning("verify: page walk of %s could not run (%s)", env.path, done.stderr[-300:])
+        logger.warning("verify: page walk of %s could not run (%s)", path, done.stderr[-300:])
         return []
     out: list[tuple[str, str | None, str]] = []
     where = "the start"

@@ -690,11 +690,51 @@ def test_truncated_or_garbage_files_give_clear_errors(tmp_path: Path) -> None:
         assert outcomes[name] in ("error:StoreOpenError", "error:CorruptRecordError", "verify")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="when the lost last page was in use, LMDB reads the zero-filled page and its "
-    "assertion IS_LEAF aborts the process (docs/reliability.md, not guaranteed)",
-)
+def _cut_below_a_branch(path: Path) -> tuple[str, int]:
+    """(database, page) of a leaf page that sits after its branch page in the file: a
+    file cut at that page keeps the branch and loses the leaf, so a cursor that
+    descends reads the zero-filled copy where it expects a leaf.
+
+    Branch page layout (LMDB): a 16-byte header whose bytes 12..14 are ``lower``,
+    then 2-byte node offsets up to ``lower``; each node starts with the child's
+    page number as three little-endian u16 (lo, hi, top)."""
+    env = lmdb.open(str(path), max_dbs=16, readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            roots: dict[str, int] = {}
+            for db in ("writes", "checkpoints", "blobs"):
+                record = txn.get(db.encode())
+                assert record is not None and len(record) == 48
+                if int.from_bytes(record[6:8], "little") >= 2:  # md_depth: has a branch
+                    roots[db] = int.from_bytes(record[40:48], "little")
+    finally:
+        env.close()
+    data = (path / "data.mdb").read_bytes()
+    for db, root in roots.items():
+        page = data[root * 4096 : (root + 1) * 4096]
+        lower = int.from_bytes(page[12:14], "little")
+        children = []
+        for slot in range(16, lower, 2):
+            at = int.from_bytes(page[slot : slot + 2], "little")
+            lo, hi, top = (int.from_bytes(page[at + i : at + i + 2], "little") for i in (0, 2, 4))
+            children.append(lo | hi << 16 | top << 32)
+        after = [c for c in children if c > root]
+        if after:
+            return db, max(after)
+    raise AssertionError(f"no leaf page after its branch page in {roots}")
+
+
+def test_a_file_cut_before_a_page_in_use_is_refused_not_aborted(tmp_path: Path) -> None:
+    """A data file truncated at a leaf page its branch page (kept) points to opens writable
+    with StoreOpenError and is left as it is; zero-filling first made LMDB read the zeros
+    as a leaf and abort the interpreter (seen once under load by the test above)."""
+    data = _chat_store(tmp_path / "source")
+    _, leaf = _cut_below_a_branch(tmp_path / "source")
+    outcomes = _open_damaged(tmp_path, {"cut-at-leaf": data[: leaf * 4096]})
+    assert outcomes == {"cut-at-leaf": "error:StoreOpenError"}
+    assert (tmp_path / "cut-at-leaf" / "data.mdb").stat().st_size == leaf * 4096
+
+
 def test_file_missing_its_last_page_gives_a_clear_error(tmp_path: Path) -> None:
     """A data file missing only its last page opens (the page may have been free) or fails clearly; the interpreter never dies."""
     data = _chat_store(tmp_path / "source")
