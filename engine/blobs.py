@@ -15,7 +15,11 @@ from deltalog.engine import keys
 from deltalog.engine.codec import DeltaHeader, WriteDict
 from deltalog.engine.core import skip_base
 from deltalog.engine.envelope import (
+    INPUT_CHANNEL,
+    WriteRef,
     inline_value,
+    read_write,
+    ref_payload,
     split_write_value,
 )
 from deltalog.engine.errors import (
@@ -26,6 +30,7 @@ from deltalog.engine.store_rows import (
     StoredValue,
     Typed,
     Version,
+    WriteRow,
 )
 from deltalog.engine.txn_base import (
     TxnBase,
@@ -47,6 +52,30 @@ MAX_LINKS: Final = 64
 WRITE_DICT_MIN: Final = 256
 WRITE_DICT_MAX: Final = 16 * 1024**2
 WRITE_SCAN_MAX: Final = 20_000
+
+
+def _sort_key(row: WriteRow) -> tuple[str, str, int]:
+    """LangGraph's ``writes_sort_key`` of a row: (task path, task id, idx)."""
+    return row.task_path, row.task_id, row.idx
+
+
+_Part = tuple[bytes, tuple[str, str, int], bytes]
+"""(checkpoint key, ``writes_sort_key``, payload) of one write in a write dictionary."""
+
+
+def _in_sort_order(parts: list[_Part]) -> bytes:
+    """The payloads of ``parts`` (checkpoint keys in key order), each checkpoint's run of
+    parts sorted by ``writes_sort_key``."""
+    out: list[bytes] = []
+    i = 0
+    while i < len(parts):
+        j = i + 1
+        while j < len(parts) and parts[j][0] == parts[i][0]:
+            j += 1
+        run = parts[i:j] if j - i == 1 else sorted(parts[i:j], key=lambda p: p[1])
+        out.extend(p[2] for p in run)
+        i = j
+    return b"".join(out)
 
 
 class BlobReads(TxnBase):
@@ -135,6 +164,119 @@ class BlobReads(TxnBase):
             self.env.payloads.put(raw, typed)
         return typed
 
+    def writes(
+        self, checkpoint_key: bytes, channels: dict[bytes, str] | None = None
+    ) -> list[WriteRow]:
+        """Writes stored under one checkpoint, in ``writes_sort_key`` order (R1).
+
+        Keys sort by task id (format 7), so the rows are sorted by (task path,
+        task id, idx) here: a few per checkpoint.
+
+        Args:
+            checkpoint_key: The checkpoint's key (also the prefix of its writes).
+            channels: When given, only writes whose channel uid bytes are a key of
+                this map are decoded; the others are skipped without decoding.
+        """
+        out: list[WriteRow] = []
+        cur = self.txn.cursor(db=self.dbs.writes)
+        if not cur.set_range(checkpoint_key):
+            return out
+        plen = len(checkpoint_key)
+        for key, raw in cur:
+            if not key.startswith(checkpoint_key):
+                break
+            cbytes, channel_id, record = split_write_value(raw)
+            if channels is not None:
+                channel = channels.get(cbytes)
+                if channel is None:
+                    continue
+            else:
+                channel = self.name_of(keys.KIND_CHANNEL, channel_id)
+            task_path, task_id, idx, typed = self.write_row(key, plen, cbytes, record)
+            out.append(WriteRow(task_id, channel, typed, task_path, idx))
+        if len(out) > 1:
+            out.sort(key=_sort_key)
+        return out
+
+    def write_row(
+        self, key: bytes, cid_end: int, cbytes: bytes, record: bytes
+    ) -> tuple[str, str, int, Typed]:
+        """(task path, task id, idx, (type, payload)) of the write at ``key``, whose
+        checkpoint id ends at ``cid_end``, behind channel uid ``cbytes``."""
+        where = f"writes/{key.hex()}"
+        try:
+            if self.legacy_writes:
+                task_path, task_id, idx = keys.legacy_write_suffix(key, cid_end)
+            else:
+                task_id, idx = keys.write_suffix(key, cid_end)
+                task_path = ""
+        except Exception as exc:
+            raise CorruptRecordError(f"key {where} cannot be decoded ({exc})") from exc
+        ctype, payload, stored_path = read_write(
+            self.codec.decode(record, where, prefix=cbytes, key=key), where
+        )
+        if stored_path is None:
+            if not self.legacy_writes:
+                raise CorruptRecordError(
+                    f"record {where} holds no task path; run `deltalog verify`"
+                )
+        else:
+            task_path = stored_path
+        if not isinstance(payload, bytes):
+            payload = self._referred(key, payload, where)
+        return task_path, task_id, idx, (ctype, payload)
+
+    def write_typed(self, key: bytes, cbytes: bytes, record: bytes) -> Typed:
+        """The ``(type, payload)`` of the write record at ``key`` (behind channel uid
+        ``cbytes``), following a reference into its checkpoint's input (format 7).
+        """
+        where = f"writes/{key.hex()}"
+        ctype, payload, _ = read_write(
+            self.codec.decode(record, where, prefix=cbytes, key=key), where
+        )
+        if not isinstance(payload, bytes):
+            payload = self._referred(key, payload, where)
+        return ctype, payload
+
+    def _referred(self, key: bytes, ref: WriteRef, where: str) -> bytes:
+        """The payload a write at ``key`` refers to in its checkpoint's input.
+
+        Costs the checkpoint's envelope (cached) and the input blob's payload; a
+        missing source, or one whose bytes no longer match the reference's CRC,
+        is damage (CorruptRecordError), never another value.
+        """
+        ckey = keys.write_checkpoint_key(key)
+        source = self._input_of(ckey, ref[0])
+        if source is None:
+            raise CorruptRecordError(
+                f"record {where} refers to the input of checkpoints/{ckey.hex()}, which is "
+                "missing; run `deltalog verify` and restore from a backup"
+            )
+        return ref_payload(source[1], ref, where)
+
+    def _input_of(self, ckey: bytes, channel_id: int | None = None) -> Typed | None:
+        """The value checkpoint ``ckey`` stores for its input channel (a blob), or None.
+
+        ``channel_id`` is the interned id of :data:`INPUT_CHANNEL` when the caller
+        has it (a reference names it).
+        """
+        raw = self.txn.get(ckey, db=self.dbs.checkpoints)
+        if raw is None:
+            return None
+        _, versions, inline = self._envelope(ckey, raw)
+        channel = (
+            INPUT_CHANNEL if channel_id is None else self.name_of(keys.KIND_CHANNEL, channel_id)
+        )
+        version = versions.get(channel)
+        if version is None:
+            return None
+        held = inline.get(channel)
+        if held is not None:
+            return held[0], held[1]
+        (t, n), _ = keys.split_ids(ckey, 2)
+        value = self.blob(t, n, channel, version)
+        return None if value is None else value.typed
+
     def _range_content(self, blob_key: bytes, span: tuple[bytes, bytes]) -> bytes:
         """:meth:`write_content` of a blob's write range (its thread, ns and channel)."""
         (t, n, c), _ = keys.split_ids(blob_key, 3)
@@ -150,31 +292,38 @@ class BlobReads(TxnBase):
             hi: Encoded id of the last checkpoint (inclusive).
 
         Returns:
-            The payloads concatenated in key order: a delta blob's write dictionary.
+            The payloads concatenated checkpoint by checkpoint in key order, each
+            checkpoint's in ``writes_sort_key`` order (the order of the write keys
+            of formats 1-6, so a dictionary keeps its bytes across the format 7
+            upgrade): a delta blob's write dictionary.
         """
-        parts: list[bytes] = []
+        parts: list[_Part] = []
         plen = len(prefix)
         cur = self.txn.cursor(db=self.dbs.writes)
         ok = cur.set_range(prefix + lo)
         while ok:
             key = cur.key()
-            if not key.startswith(prefix) or keys.write_checkpoint_key(key)[plen:] > hi:
+            ckey = keys.write_checkpoint_key(key)
+            if not key.startswith(prefix) or ckey[plen:] > hi:
                 break
-            part = self._write_payload(key, cur.value(), cbytes)
+            part = self._write_payload(key, len(ckey), cur.value(), cbytes)
             if part is not None:
-                parts.append(part)
+                parts.append((ckey, *part))
             ok = cur.next()
-        return b"".join(parts)
+        return _in_sort_order(parts)
 
-    def _write_payload(self, key: bytes, raw: bytes, cbytes: bytes) -> bytes | None:
-        """The payload of a write if it goes to channel ``cbytes`` with idx ≥ 0."""
+    def _write_payload(
+        self, key: bytes, cid_end: int, raw: bytes, cbytes: bytes
+    ) -> tuple[tuple[str, str, int], bytes] | None:
+        """(``writes_sort_key``, payload) of a write if it goes to channel ``cbytes`` with
+        idx ≥ 0."""
         if not raw.startswith(cbytes) or keys.write_idx(key) < 0:
             return None
         found, _, record = split_write_value(raw)
         if found != cbytes:
             return None
-        payload: bytes = self.codec.decode(record, f"writes/{key.hex()}", prefix=found, key=key)[1]
-        return payload
+        task_path, task_id, idx, typed = self.write_row(key, cid_end, found, record)
+        return (task_path, task_id, idx), typed[1]
 
     def checkpoint(
         self,
@@ -295,7 +444,7 @@ class BlobWrites(WriteBase, BlobReads):
         checkpoint from ``lo`` to ``hi`` — what :meth:`ReadTxn.write_content`
         reads back.
         """
-        parts: list[bytes] = []
+        parts: list[_Part] = []
         size = scanned = 0
         lo = hi = None
         plen = len(prefix)
@@ -305,21 +454,22 @@ class BlobWrites(WriteBase, BlobReads):
             key = cur.key()
             if not key.startswith(prefix):
                 break
-            cid = keys.write_checkpoint_key(key)[plen:]
+            ckey = keys.write_checkpoint_key(key)
+            cid = ckey[plen:]
             if cid != lo and (size >= budget or scanned >= WRITE_SCAN_MAX):
                 break
             scanned += 1
-            part = self._write_payload(key, cur.value(), cbytes)
+            part = self._write_payload(key, len(ckey), cur.value(), cbytes)
             if part is not None:
-                parts.append(part)
-                size += len(part)
+                parts.append((ckey, *part))
+                size += len(part[1])
                 hi = hi or cid
                 lo = cid
             ok = cur.prev()
         if lo is None or hi is None:
             return None
         parts.reverse()
-        return WriteDict(lo, hi, b"".join(parts))
+        return WriteDict(lo, hi, _in_sort_order(parts))
 
     def rebase_blobs(
         self,

@@ -8,8 +8,14 @@ from typing import Any, Final
 from deltalog.engine import keys
 from deltalog.engine.blobs import BlobWrites
 from deltalog.engine.envelope import (
+    INPUT_CHANNEL,
+    REF_MIN,
     CheckpointEnvelope,
+    input_ref,
     parent_in,
+    read_write,
+    split_write_value,
+    write_record,
 )
 from deltalog.engine.errors import (
     ParentCycleError,
@@ -111,9 +117,11 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             old = self.txn.get(key, db=self.dbs.checkpoints)
             if old is not None:
                 where = f"checkpoints/{key.hex()}"
-                old_run = CheckpointEnvelope.unpack(
-                    self.codec.decode(old, where, key=key), where
-                ).run_id
+                old_env = CheckpointEnvelope.unpack(self.codec.decode(old, where, key=key), where)
+                if old_env.versions.get(INPUT_CHANNEL) != channel_versions.get(INPUT_CHANNEL):
+                    # Its writes may refer to the input this put replaces.
+                    self._materialize_refs(key)
+                old_run = old_env.run_id
                 if old_run is not None and old_run != run_id:
                     run_key = keys.run_key(keys.encode_run(old_run), t, n, cid)
                     self.txn.delete(run_key, db=self.dbs.runs)
@@ -131,6 +139,30 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         self.txn.put(key, self.codec.encode(record.pack(), key=key), db=self.dbs.checkpoints)
         if run_id is not None:
             self.txn.put(keys.run_key(keys.encode_run(run_id), t, n, cid), b"", db=self.dbs.runs)
+
+    def _materialize_refs(self, ckey: bytes) -> int:
+        """Rewrite the writes under checkpoint ``ckey`` that refer to its input as
+        writes that hold their payload (before the record is replaced by one with
+        another input). Payloads are unchanged, so no delta's write range changes.
+        Returns how many were rewritten."""
+        found: list[tuple[bytes, bytes, list[Any]]] = []
+        cur = self.txn.cursor(db=self.dbs.writes)
+        ok = cur.set_range(ckey)
+        while ok and cur.key().startswith(ckey):
+            key = cur.key()
+            cbytes, _, record = split_write_value(cur.value())
+            where = f"writes/{key.hex()}"
+            _, payload, _ = read_write(
+                self.codec.decode(record, where, prefix=cbytes, key=key), where
+            )
+            if not isinstance(payload, bytes):
+                task_path, _, _, typed = self.write_row(key, len(ckey), cbytes, record)
+                found.append((key, cbytes, write_record(typed, task_path)))
+            ok = cur.next()
+        for key, cbytes, rec in found:
+            raw = cbytes + self.codec.encode(rec, prefix=cbytes, key=key)
+            self.txn.put(key, raw, db=self.dbs.writes)
+        return len(found)
 
     def _blobbed(
         self, t: int, n: int, versions: Mapping[str, Version], held: Mapping[str, Any]
@@ -270,14 +302,18 @@ class CheckpointWrites(BlobWrites, ReadTxn):
     ) -> None:
         """Append writes (R1, R2): idx ≥ 0 is first-writer-wins, special idx replaces.
 
-        The checkpoint need not exist yet; nothing here looks for it.
+        The checkpoint need not exist yet; the writes of the task that reads the
+        run's input (its path names :data:`~deltalog.envelope.INPUT_CHANNEL`) look
+        for the input the checkpoint stored, and a write whose payload is part of
+        it is stored as a reference (format 7, :func:`~deltalog.engine.envelope.input_ref`):
+        on a chat, the human message is stored once instead of twice.
         """
         cid = keys.encode_id(checkpoint_id)
         # Build (and so validate) every key before the first put.
         t = self.intern(keys.KIND_THREAD, thread_id)
         n = self.intern(keys.KIND_NS, checkpoint_ns)
         rows = [
-            (keys.write_key(t, n, cid, task_path, task_id, idx), channel, idx, value)
+            (keys.write_key(t, n, cid, task_id, idx), channel, idx, value)
             for channel, idx, value in writes
         ]
         latest = self.latest_key(t, n)
@@ -285,10 +321,19 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             # Writes under a checkpoint that has a newer one may belong to the
             # ancestor of a remembered history.
             self.memo_groups.add((t, n))
+        source = None
+        if INPUT_CHANNEL in task_path and any(len(v[1]) >= REF_MIN for _, _, v in writes):
+            source = self._input_of(keys.checkpoint_key(t, n, cid))
+        source_id = None if source is None else self.name_id(keys.KIND_CHANNEL, INPUT_CHANNEL)
         for key, channel, idx, value in rows:
             c = self.intern(keys.KIND_CHANNEL, channel)
             cbytes = keys.uid(c)
-            raw = cbytes + self.codec.encode(list(value), prefix=cbytes, key=key)
+            record = None
+            if source is not None and source_id is not None:
+                record = input_ref(value, task_path, source_id, source)
+            if record is None:
+                record = write_record(value, task_path)
+            raw = cbytes + self.codec.encode(record, prefix=cbytes, key=key)
             if idx >= 0:
                 # A new write under a checkpoint that a delta blob's write range
                 # covers would change that blob's dictionary: rebase it first.

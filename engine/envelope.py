@@ -9,13 +9,18 @@ Records (ormsgpack lists, framed by :mod:`deltalog.engine.codec`):
   listed); ``inline`` holds scalar values of at most :data:`INLINE_MAX`
   serialized bytes. The field positions (``PARENT`` … ``INLINE``) are named
   here; the hot read path (an envelope's parent and versions) indexes with them.
-* write: the channel's ``uid`` followed by the framed ``[type, bytes]`` — the
-  prefix lets a walk skip other channels' writes with a short bytes compare.
+* write: the channel's ``uid`` followed by the framed record — the prefix lets
+  a walk skip other channels' writes with a short bytes compare. The record is
+  ``[type, bytes, task_path]`` (format 7; ``[type, bytes]`` before, the task
+  path in the key), or a reference into the input its checkpoint stored,
+  ``[type, None, task_path, [channel id, offset, length, crc32]]``
+  (:func:`write_record`, :func:`input_ref`, :func:`read_write`).
 * blob: framed ``[type, bytes]``. Empty channel versions store nothing.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -206,6 +211,80 @@ def inline_value(key: bytes, channel: str, typed: Any) -> StoredValue:
         f"checkpoints/{key.hex()}[{channel!r}]",
         (ctype, payload),
     )
+
+
+# The channel a run's input is stored in (LangGraph's ``START``). The checkpoint
+# that takes the input stores it as a blob of this channel, and the ``__start__``
+# task then writes the same values again, one write per state channel: on a chat,
+# the human message twice. Since format 7 such a write holds a reference into the
+# blob instead of its payload (see input_ref).
+INPUT_CHANNEL: Final = "__start__"
+# Payloads shorter than this are stored as they are: a reference costs ~15 bytes.
+REF_MIN: Final = 64
+
+
+def write_record(typed: Typed, task_path: str) -> list[Any]:
+    """The record of a write that holds its payload (format 7)."""
+    return [typed[0], typed[1], task_path]
+
+
+def input_ref(typed: Typed, task_path: str, source_id: int, source: Typed) -> list[Any] | None:
+    """The record of a write as a reference into ``source`` (format 7), or None.
+
+    ``source`` is the value the write's own checkpoint stores for the channel
+    whose interned id is ``source_id`` (its input, :data:`INPUT_CHANNEL`). When
+    the write's payload occurs in the source's payload (same serde type), the
+    record is ``[type, None, task_path, [source_id, offset, length, crc32 of the
+    payload]]``: :func:`read_write` reads it back, and the CRC makes a source
+    that no longer holds those bytes an error, never another value.
+    """
+    ctype, payload = typed
+    if len(payload) < REF_MIN or ctype != source[0]:
+        return None
+    offset = source[1].find(payload)
+    if offset < 0:
+        return None
+    return [ctype, None, task_path, [source_id, offset, len(payload), zlib.crc32(payload)]]
+
+
+WriteRef = tuple[int, int, int, int]
+"""(source channel id, offset, length, crc32) of a write that refers to its input."""
+
+
+def read_write(rec: Any, where: str) -> tuple[str, bytes | WriteRef, str | None]:
+    """A decoded write record: (type, payload or reference, task path).
+
+    The task path is None in a record of formats 1-6 (``[type, bytes]``: the
+    path is in the key).
+
+    Raises:
+        CorruptRecordError: The record has none of the shapes.
+    """
+    n = len(rec) if isinstance(rec, list) else 0
+    ctype = rec[0] if n else None
+    if isinstance(ctype, str):
+        if n == 2 and isinstance(rec[1], bytes):
+            return ctype, rec[1], None
+        if n == 3 and isinstance(rec[1], bytes) and isinstance(rec[2], str):
+            return ctype, rec[1], rec[2]
+        ref = rec[3] if n == 4 and rec[1] is None and isinstance(rec[2], str) else None
+        if isinstance(ref, list) and len(ref) == 4 and all(type(x) is int and x >= 0 for x in ref):
+            return ctype, (ref[0], ref[1], ref[2], ref[3]), rec[2]
+    raise CorruptRecordError(
+        f"record {where} is a write of an unexpected shape ({rec!r:.80}); run `deltalog verify`"
+    )
+
+
+def ref_payload(source: bytes, ref: WriteRef, where: str) -> bytes:
+    """The payload a reference names in its source's payload, checked by its CRC."""
+    _, offset, length, crc = ref
+    payload = source[offset : offset + length]
+    if len(payload) != length or zlib.crc32(payload) != crc:
+        raise CorruptRecordError(
+            f"record {where} refers to bytes {offset}..{offset + length} of its checkpoint's "
+            "input, which hold something else; run `deltalog verify` and restore from a backup"
+        )
+    return payload
 
 
 def split_write_value(raw: bytes) -> tuple[bytes, int, bytes]:

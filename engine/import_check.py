@@ -81,7 +81,7 @@ class _Checker:
         self.checkpoints: dict[tuple[str, str, str], int] = {}
         self.parents: dict[tuple[str, str], dict[str, str | None]] = {}
         self.blobs: dict[tuple[str, str, str, Any], int] = {}
-        self.writes: dict[tuple[str, str, str, str, str, int], int] = {}
+        self.writes: dict[tuple[str, str, str, str, int], int] = {}
         self.first_lines: dict[str, int] = {}
         self.items: dict[tuple[tuple[str, ...], str], int] = {}
 
@@ -201,9 +201,7 @@ class _Checker:
             idx = self.field(rec, "idx", kind)
             if type(idx) is not int:
                 raise self.fail(f"idx {idx!r:.40} is a {type(idx).__name__}, not an int")
-            self.wrap(
-                lambda: keys.write_key(1, 1, keys.encode_id(cid), task_path, task_id, idx), "write"
-            )
+            self.wrap(lambda: keys.write_key(1, 1, keys.encode_id(cid), task_id, idx), "write")
             channel = self.text(rec, "channel", kind)
             out.update(
                 checkpoint_id=cid,
@@ -213,8 +211,9 @@ class _Checker:
                 channel=channel,
                 value=self.typed(rec, "value", kind),
             )
-            where6 = (thread_id, ns, cid, task_id, task_path, idx)
-            self.duplicate(self.writes, where6, f"write {idx} of task {task_id!r} under {cid!r}")
+            # A store keeps one write per (task_id, idx) of a checkpoint (format 7).
+            where5 = (thread_id, ns, cid, task_id, idx)
+            self.duplicate(self.writes, where5, f"write {idx} of task {task_id!r} under {cid!r}")
         return out
 
     def checkpoint(self, rec: Mapping[str, Any], out: dict[str, Any]) -> None:

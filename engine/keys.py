@@ -1,6 +1,6 @@
 """The on-disk key layout of a deltalog store. No other module builds key bytes.
 
-One LMDB environment holds these named databases (``FORMAT_VERSION`` = 6):
+One LMDB environment holds these named databases (``FORMAT_VERSION`` = 7):
 
 ============  ==========================================================  ==========================
 database      key (byte encoding, in order)                               value
@@ -10,8 +10,9 @@ meta          ASCII name (``format_version``, ``name_seq``, ``dict:N``)   msgpac
 names         kind(1) · name-key                                          name id (u64 BE) · crc32
 names_rev     kind(1) · name id (u64 BE, fixed)                           UTF-8 name · crc32
 checkpoints   thread(uid) · ns(uid) · checkpoint_id(id)                   checkpoint record
-writes        thread(uid) · ns(uid) · checkpoint_id(id) · task_path(str)  channel(uid) · write record
-              · task_id(str) · idx(i32 sign-shifted)
+writes        thread(uid) · ns(uid) · checkpoint_id(id) · task_id(tid)    channel(uid) · write record
+              · idx(i32 sign-shifted) (format 7; before, task_path(str)   (its task path inside)
+              · task_id(str) after the checkpoint id)
 blobs         thread(uid) · ns(uid) · channel(uid) · version(ver)         blob record
 runs          run_id(run) · thread(uid) · ns(uid) · checkpoint_id(id)     empty
 item_ns       ``0x00`` · namespace name-key                              namespace id (u64 BE)
@@ -54,8 +55,13 @@ Encodings (all big-endian, every one order-preserving and self-delimiting):
   each family, so "latest" is the last key under a (thread, ns) prefix.
 * ``str`` — UTF-8 with ``0x00`` escaped as ``0x00 0xFF``, then ``0x00 0x00``.
   Escaping rather than a length prefix keeps byte order equal to Python string
-  order, which ``writes_sort_key`` (task_path, task_id, idx) needs; the
-  escape makes the terminator unambiguous, so no two tuples share bytes.
+  order (the write keys of formats 1-6 sorted in ``writes_sort_key`` order by
+  it); the escape makes the terminator unambiguous, so no two tuples share bytes.
+* ``tid`` — a task id (format 7): ``0x10`` + 16 bytes for a canonical UUID
+  string (the ids LangGraph gives tasks), else ``0x30`` + ``str``. Within a
+  checkpoint, write keys sort by task id and idx; reads put the writes in
+  ``writes_sort_key`` order (task path, task id, idx) themselves, the task
+  path being in the record.
 * ``i32 sign-shifted`` — ``idx + 2**31`` as u32, so special writes (-1…-4)
   sort before regular ones (R1).
 * ``ver`` — a channel version: ``0x01`` + i64 sign-shifted for ints,
@@ -77,7 +83,7 @@ spelling of the same tuple, would otherwise read as the same checkpoint twice;
 it raises :class:`DamagedKeyError` instead.
 
 Invariants: a checkpoint's writes are contiguous under its checkpoint key
-prefix and come back in ``writes_sort_key`` order; blobs of one channel are
+prefix (in formats 1-6 also in ``writes_sort_key`` order); blobs of one channel are
 contiguous and in version order; nothing here depends on the serializer.
 """
 
@@ -104,6 +110,7 @@ __all__ = [
     "MAX_KEY",
     "READABLE_FORMATS",
     "WDEP",
+    "WRITE_KEYS_FORMAT",
     "blob_base_key",
     "blob_key",
     "blob_prefix",
@@ -116,8 +123,10 @@ __all__ = [
     "decode_item_count_key",
     "decode_item_ns_rev_key",
     "decode_item_ttl_key",
+    "decode_legacy_write_key",
     "decode_run_key",
     "decode_str",
+    "decode_task_id",
     "decode_uid",
     "decode_version",
     "decode_write_key",
@@ -125,6 +134,7 @@ __all__ = [
     "encode_idx",
     "encode_run",
     "encode_str",
+    "encode_task_id",
     "encode_version",
     "fwd_key",
     "item_count_key",
@@ -134,6 +144,8 @@ __all__ = [
     "item_prefix",
     "item_ttl_key",
     "item_vector_key",
+    "legacy_write_key",
+    "legacy_write_suffix",
     "name_key",
     "name_rev_key",
     "ns_prefix",
@@ -147,17 +159,21 @@ __all__ = [
     "write_checkpoint_key",
     "write_idx",
     "write_key",
+    "write_suffix",
 ]
 
-FORMAT_VERSION: Final = 6
+FORMAT_VERSION: Final = 7
 #: Formats this version reads. Formats 2 and 3 only added record shapes (delta
 #: blobs over writes, small values inside checkpoint records); format 4 put a
 #: CRC on the name records, format 5 a CRC over each record's key (checkpoints,
-#: writes, blobs), format 6 packed the memory store's items into chunks. A writable open upgrades an older store through
+#: writes, blobs), format 6 packed the memory store's items into chunks, format 7
+#: added writes that refer to their checkpoint's input. A writable open upgrades an older store through
 #: :data:`deltalog.engine.migrations.MIGRATIONS`; a read-only open reads it as it is.
-READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5, 6})
+READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5, 6, 7})
 #: The first format whose records (and trained dictionaries) carry a CRC over their key.
 KEYED_FORMAT: Final = 5
+#: The first format whose write keys hold the task id alone (the task path is in the record).
+WRITE_KEYS_FORMAT: Final = 7
 #: ``meta`` key prefix of the write-dependency marks (``wdep_key``).
 WDEP: Final = b"wdep"
 #: ``meta`` key prefix of the forward-link marks (``fwd_key``).
@@ -474,9 +490,50 @@ def checkpoint_key(thread: int, ns: int, cid: bytes) -> bytes:
     return uid(thread) + uid(ns) + cid
 
 
-def write_key(thread: int, ns: int, cid: bytes, task_path: str, task_id: str, idx: int) -> bytes:
-    """Key of ``writes``; raises KeyTooLongError before anything is written."""
-    key = (
+def encode_task_id(task_id: str) -> bytes:
+    """A task id in a write key (format 7): ``0x10`` + 16 bytes for a canonical UUID
+    string (LangGraph's task ids: 38 bytes as a ``str``), else ``0x30`` + ``str``."""
+    if len(task_id) == 36 and _CANONICAL_UUID.match(task_id):
+        return _UUID_TAG + bytes.fromhex(task_id.replace("-", ""))
+    return bytes((_ID_STR,)) + encode_str(task_id, "task_id")
+
+
+def decode_task_id(buf: bytes, pos: int) -> tuple[str, int]:
+    """Decode a task id (:func:`encode_task_id`) at ``pos``; strict like :func:`decode_id`."""
+    tag = buf[pos] if pos < len(buf) else None
+    if tag == _ID_UUID:
+        if pos + 17 > len(buf):
+            raise _damaged(buf, f"task id cut short at {pos}")
+        h = bytes(buf[pos + 1 : pos + 17]).hex()
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}", pos + 17
+    if tag == _ID_STR:
+        value, end = decode_str(buf, pos + 1)
+        if _reencoded(encode_task_id, value) != bytes(buf[pos:end]):
+            raise _damaged(buf, f"task id {value[:40]!r} at {pos} is not in its canonical form")
+        return value, end
+    raise _damaged(buf, f"unknown task id tag {tag!r} at {pos}")
+
+
+def write_key(thread: int, ns: int, cid: bytes, task_id: str, idx: int) -> bytes:
+    """Key of ``writes`` (format 7); raises KeyTooLongError before anything is written.
+
+    The task path is not part of the key: it is stored in the write record, and
+    reads sort a checkpoint's writes by ``writes_sort_key`` (task path first).
+    """
+    key = uid(thread) + uid(ns) + cid + encode_task_id(task_id) + encode_idx(idx)
+    if len(key) > MAX_KEY:
+        raise KeyTooLongError(
+            f"task_id {task_id[:40]!r}… makes a {len(key)}-byte write key (LMDB's limit is "
+            f"{MAX_KEY}); use shorter task ids"
+        )
+    return key
+
+
+def legacy_write_key(
+    thread: int, ns: int, cid: bytes, task_path: str, task_id: str, idx: int
+) -> bytes:
+    """Key of ``writes`` in formats 1-6: the task path and id as ``str`` fields."""
+    return (
         uid(thread)
         + uid(ns)
         + cid
@@ -484,13 +541,6 @@ def write_key(thread: int, ns: int, cid: bytes, task_path: str, task_id: str, id
         + encode_str(task_id, "task_id")
         + encode_idx(idx)
     )
-    if len(key) > MAX_KEY:
-        raise KeyTooLongError(
-            f"task_path {task_path[:40]!r}… with task_id {task_id[:40]!r}… makes a "
-            f"{len(key)}-byte write key (LMDB's limit is {MAX_KEY}); shorten the task id "
-            "or nest subgraphs less deeply"
-        )
-    return key
 
 
 def rethread(key: bytes, thread: int) -> bytes:
@@ -542,8 +592,17 @@ def write_checkpoint_key(key: bytes) -> bytes:
     return key[: decode_id(key, pos)[1]]
 
 
-def decode_write_key(key: bytes) -> tuple[int, int, str, str, str, int]:
-    """Split a ``writes`` key into (thread, ns, checkpoint_id, task_path, task_id, idx)."""
+def decode_write_key(key: bytes) -> tuple[int, int, str, str, int]:
+    """Split a ``writes`` key (format 7) into (thread, ns, checkpoint_id, task_id, idx)."""
+    (t, n), pos = split_ids(key, 2)
+    cid, pos = decode_id(key, pos)
+    task_id, pos = decode_task_id(key, pos)
+    return t, n, cid, task_id, _idx_at(key, pos)
+
+
+def decode_legacy_write_key(key: bytes) -> tuple[int, int, str, str, str, int]:
+    """Split a formats 1-6 ``writes`` key into (thread, ns, checkpoint_id, task_path,
+    task_id, idx)."""
     (t, n), pos = split_ids(key, 2)
     cid, pos = decode_id(key, pos)
     task_path, pos = decode_str(key, pos)
@@ -575,8 +634,14 @@ def wdep_key(thread: int, ns: int, channel: int) -> bytes:
     return WDEP + blob_prefix(thread, ns, channel)
 
 
-def write_suffix(key: bytes, cid_end: int) -> tuple[str, str, int]:
-    """Decode (task_path, task_id, idx) from a write key whose id ends at ``cid_end``."""
+def write_suffix(key: bytes, cid_end: int) -> tuple[str, int]:
+    """Decode (task_id, idx) from a write key (format 7) whose id ends at ``cid_end``."""
+    task_id, pos = decode_task_id(key, cid_end)
+    return task_id, _idx_at(key, pos)
+
+
+def legacy_write_suffix(key: bytes, cid_end: int) -> tuple[str, str, int]:
+    """Decode (task_path, task_id, idx) from a formats 1-6 write key."""
     task_path, pos = decode_str(key, cid_end)
     task_id, pos = decode_str(key, pos)
     return task_path, task_id, _idx_at(key, pos)

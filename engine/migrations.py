@@ -36,6 +36,11 @@ step        what changes on disk
             ``items`` records become chunk records of several items each
             (:func:`deltalog.engine.memory_chunks.pack_items`); a record that
             fails its CRC stays where it is, and the chunks end before it
+6 → 7       every write moves to a shorter key (the task path goes into the
+            record, a UUID task id takes 16 bytes) and is re-encoded over it
+            (:func:`compact_write_keys`); a damaged one stays where it is.
+            Format 7 also adds write records that refer to the input their
+            checkpoint stored instead of holding a copy (none is rewritten)
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only
@@ -49,7 +54,13 @@ from typing import Any, Final, Protocol
 
 from deltalog.engine import keys
 from deltalog.engine.codec import RecordCodec, decode_dictionary, encode_dictionary, rekey
-from deltalog.engine.envelope import PARENT, CheckpointEnvelope, split_write_value
+from deltalog.engine.envelope import (
+    PARENT,
+    CheckpointEnvelope,
+    read_write,
+    split_write_value,
+    write_record,
+)
 from deltalog.engine.errors import CorruptRecordError
 from deltalog.engine.names import (
     decode_name_id,
@@ -233,6 +244,60 @@ def mask_blobs(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
         txn.put(key, codec.encode(env.pack(), key=key), db=dbs.checkpoints)
 
 
+def compact_write_keys(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
+    """Format 7: every write moves to its format 7 key and its record takes the task path.
+
+    The key ``thread · ns · checkpoint_id · task_path · task_id · idx`` becomes
+    ``thread · ns · checkpoint_id · task_id · idx`` (a UUID task id in 16
+    bytes) and the record ``[type, bytes]`` becomes ``[type, bytes, task_path]``,
+    re-encoded over its new key. Done one checkpoint's writes at a time. A
+    record that fails its CRC (or a key that does not decode) is left under its
+    old key, which reads and ``verify`` report as damaged, so damage cannot
+    block the upgrade. Two writes of one checkpoint that differ only in their
+    task path (no LangGraph run makes them) keep the first, as ``put_writes``
+    now does. Payloads are unchanged, so no delta blob's write range changes:
+    reads put each checkpoint's writes in ``writes_sort_key`` order, the order
+    of the old keys. (``codec`` holds the store's dictionaries: the environment hands
+    them over at its first read, before any step runs.)
+    """
+    cur = txn.cursor(db=dbs.writes)
+    ok = cur.first()
+    while ok:
+        try:
+            ckey = keys.write_checkpoint_key(bytes(cur.key()))
+        except CorruptRecordError:  # a damaged key: left for verify to report
+            ok = cur.next()
+            continue
+        group: list[tuple[bytes, bytes]] = []
+        while ok and bytes(cur.key()).startswith(ckey):
+            group.append((bytes(cur.key()), bytes(cur.value())))
+            ok = cur.next()
+        cid = keys.checkpoint_id_bytes(ckey)
+        moves: list[tuple[bytes, bytes, bytes]] = []
+        for key, raw in group:
+            what = f"writes/{key.hex()}"
+            try:
+                t, n, _, task_path, task_id, idx = keys.decode_legacy_write_key(key)
+                cbytes, _, record = split_write_value(raw)
+                ctype, payload, stored_path = read_write(
+                    codec.decode(record, what, prefix=cbytes, key=key), what
+                )
+                if stored_path is not None or not isinstance(payload, bytes):
+                    continue  # not a format 6 record: left as it is
+                new_key = keys.write_key(t, n, cid, task_id, idx)
+                rec = write_record((ctype, payload), task_path)
+                moves.append((key, new_key, cbytes + codec.encode(rec, prefix=cbytes, key=new_key)))
+            except CorruptRecordError:
+                continue  # damaged: left for reads and verify to report
+        for key, _, _ in moves:
+            txn.delete(key, db=dbs.writes)
+        for _, new_key, value in moves:
+            txn.put(new_key, value, overwrite=False, db=dbs.writes)
+        ok = cur.set_range(ckey)
+        while ok and bytes(cur.key()).startswith(ckey):
+            ok = cur.next()
+
+
 def format_5(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
     """Format 5: records framed over their keys, and the memory store's item counts."""
     key_records(txn, dbs, codec)
@@ -257,6 +322,7 @@ MIGRATIONS: Final[tuple[tuple[int, int, Migration], ...]] = (
     (3, 4, checksum_names),
     (4, 5, format_5),
     (5, 6, format_6),
+    (6, 7, compact_write_keys),
 )
 
 

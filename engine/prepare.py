@@ -161,6 +161,13 @@ def prepare_writes(
         raise InvalidInputError(f"task_id {task_id!r} is not a string")
     if not isinstance(task_path, str):
         raise InvalidInputError(f"task_path {task_path!r} is not a string")
+    try:
+        task_path.encode("utf-8")  # stored in the write records (format 7): UTF-8 only
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(
+            f"task_path {task_path[:40]!r} is not valid Unicode ({exc.reason}); pass a "
+            "string without lone surrogates"
+        ) from None
     if isinstance(writes, (str, bytes, Mapping)) or not isinstance(writes, Iterable):
         raise InvalidInputError(
             f"writes {writes!r:.80} is not a sequence of (channel, value) pairs"

@@ -261,9 +261,12 @@ class QueryReads(HistoryReads):
         ok = cur.set_range(prefix)
         while ok and cur.key().startswith(prefix):
             key, raw = cur.key(), cur.value()
-            _, n, cid, task_path, task_id, idx = keys.decode_write_key(key)
+            ckey = keys.write_checkpoint_key(key)
+            _, n, cid = keys.decode_checkpoint_key(ckey)
             cbytes, channel_id, record = split_write_value(raw)
-            rec = self.codec.decode(record, f"writes/{key.hex()}", prefix=cbytes, key=key)
+            task_path, task_id, idx, (ctype, payload) = self.write_row(
+                key, len(ckey), cbytes, record
+            )
             yield {
                 "kind": "write",
                 "thread_id": thread_id,
@@ -273,7 +276,7 @@ class QueryReads(HistoryReads):
                 "task_path": task_path,
                 "idx": idx,
                 "channel": self.name_of(keys.KIND_CHANNEL, channel_id),
-                "value": [rec[0], rec[1]],
+                "value": [ctype, payload],
             }
             ok = cur.next()
 

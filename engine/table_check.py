@@ -97,6 +97,7 @@ class TableCheck:
         self.out: list[tuple[str, str | None, str]] = []
         self.crc = r._names_crc()
         self.legacy_dictionaries = r.env.format_version < keys.KEYED_FORMAT
+        self.legacy_writes = r.legacy_writes
         try:
             seq = r.meta("name_seq") or 0
         except ValueError as exc:  # not msgpack
@@ -188,7 +189,8 @@ class TableCheck:
         self.need(keys.KIND_NS, n)
 
     def check_writes(self, key: bytes, raw: bytes) -> None:
-        t, n, *_ = keys.decode_write_key(key)
+        decode = keys.decode_legacy_write_key if self.legacy_writes else keys.decode_write_key
+        t, n, *_ = decode(key)
         self.need(keys.KIND_THREAD, t)
         self.need(keys.KIND_NS, n)
         self.need(keys.KIND_CHANNEL, split_write_value(raw)[1])

@@ -1,4 +1,4 @@
-"""The base of every transaction: interned names, checkpoint envelopes, writes.
+"""The base of every transaction: interned names and checkpoint envelopes.
 
 :class:`TxnBase` is what every read needs first; :class:`WriteBase` adds the
 primitive mutations (interning, meta, raw puts). The storage mixins
@@ -11,6 +11,7 @@ put them together. Valid only inside ``Environment.read()`` / ``Environment.writ
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -23,7 +24,6 @@ from deltalog.engine.envelope import (
     CheckpointEnvelope,
     inline_of,
     read_format_version,
-    split_write_value,
 )
 from deltalog.engine.errors import (
     CorruptRecordError,
@@ -39,7 +39,6 @@ from deltalog.engine.names import (
 from deltalog.engine.store_rows import (
     CheckpointRow,
     Version,
-    WriteRow,
 )
 
 if TYPE_CHECKING:
@@ -82,7 +81,7 @@ def prefix_end(prefix: bytes) -> bytes:
 
 
 class TxnBase:
-    """A transaction's names, checkpoint envelopes and writes (see the module)."""
+    """A transaction's names and checkpoint envelopes (see the module)."""
 
     memo_reads: bool = True
     """Whether :meth:`~deltalog.engine.history.HistoryReads.history` may use the history memo
@@ -142,6 +141,15 @@ class TxnBase:
             version = read_format_version(raw, self.env.path)
             self.env._names_crc = version >= NAMES_CRC_FORMAT
         return self.env._names_crc
+
+    @functools.cached_property
+    def legacy_writes(self) -> bool:
+        """Whether write keys hold the task path (formats 1-6): a read-only open of an
+        older store, until another process upgrades it (read again per transaction)."""
+        if self.env.format_version >= keys.WRITE_KEYS_FORMAT:
+            return False
+        raw = self.txn.get(b"format_version", db=self.dbs.meta)
+        return read_format_version(raw, self.env.path) < keys.WRITE_KEYS_FORMAT
 
     def ids(self, thread_id: str, checkpoint_ns: str) -> tuple[int, int] | None:
         """Interned (thread, ns) ids, or None when nothing was ever stored there."""
@@ -229,41 +237,6 @@ class TxnBase:
                 f"chain longer than {MAX_WALK}); run `deltalog verify`"
             ),
         )
-
-    def writes(
-        self, checkpoint_key: bytes, channels: dict[bytes, str] | None = None
-    ) -> list[WriteRow]:
-        """Writes stored under one checkpoint, in ``writes_sort_key`` order (R1).
-
-        Args:
-            checkpoint_key: The checkpoint's key (also the prefix of its writes).
-            channels: When given, only writes whose channel uid bytes are a key of
-                this map are decoded; the others are skipped without decoding.
-        """
-        out: list[WriteRow] = []
-        cur = self.txn.cursor(db=self.dbs.writes)
-        if not cur.set_range(checkpoint_key):
-            return out
-        plen = len(checkpoint_key)
-        for key, raw in cur:
-            if not key.startswith(checkpoint_key):
-                break
-            cbytes, channel_id, record = split_write_value(raw)
-            if channels is not None:
-                channel = channels.get(cbytes)
-                if channel is None:
-                    continue
-            else:
-                channel = self.name_of(keys.KIND_CHANNEL, channel_id)
-            try:
-                task_path, task_id, idx = keys.write_suffix(key, plen)
-            except Exception as exc:
-                raise CorruptRecordError(
-                    f"key writes/{key.hex()} cannot be decoded ({exc})"
-                ) from exc
-            rec = self.codec.decode(record, f"writes/{key.hex()}", prefix=cbytes, key=key)
-            out.append(WriteRow(task_id, channel, (rec[0], rec[1]), task_path, idx))
-        return out
 
     def meta(self, name: str) -> Any:
         """A value of the ``meta`` database, or None."""

@@ -97,7 +97,7 @@ class VerifyReads(QueryReads):
             try:
                 ckey = keys.write_checkpoint_key(key)
                 cbytes, _, record = split_write_value(raw)
-                self.codec.decode(record, f"writes/{key.hex()}", prefix=cbytes, key=key)
+                self.write_typed(key, cbytes, record)
                 if ckey not in present and ckey not in orphaned:
                     orphaned.add(ckey)
                     found.problems.append(

@@ -245,7 +245,7 @@ CASES = [
     Case("write-idx-str", set_field("write", "idx", "0"), "idx '0'"),
     Case("write-idx-bool", set_field("write", "idx", False), "bool"),
     Case("write-idx-float", set_field("write", "idx", 1.0), "float"),
-    Case("write-task-path-long", set_field("write", "task_path", "p" * 600), "LMDB's limit"),
+    Case("write-task-id-long", set_field("write", "task_id", "t" * 600), "LMDB's limit"),
     Case("write-channel-null", set_field("write", "channel", None), "channel None"),
     Case("write-value-missing", drop_field("write", "value"), "no 'value'"),
     Case("duplicate-write", duplicate("write"), "appears twice"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -18,20 +19,66 @@ task_paths = st.one_of(texts, st.sampled_from(["", "~__pregel_pull, model", "~__
 idxs = st.integers(min_value=-4, max_value=2**20)
 
 
-@given(st.lists(st.tuples(task_paths, texts, idxs), min_size=2, max_size=30))
-def test_write_keys_sort_like_writes_sort_key(items: list[tuple[str, str, int]]) -> None:
-    """R1: sorted(encode(k)) == encode(sorted(k)) for (task_path, task_id, idx), idx signed."""
+task_ids = st.one_of(texts, st.uuids().map(str), st.uuids().map(lambda u: str(u).upper()))
+
+
+def _family(task_id: str) -> int:
+    """0 for a canonical (lowercase) UUID string, held in 16 bytes; 1 for any other."""
+    return 0 if re.fullmatch(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", task_id) else 1
+
+
+@given(st.lists(st.tuples(task_ids, idxs), min_size=2, max_size=30))
+def test_write_keys_sort_by_task_id_then_idx(items: list[tuple[str, int]]) -> None:
+    """R1 (format 7): sorted(encode(k)) == encode(sorted(k)) for (task_id, idx), idx signed,
+    UUID task ids (16 bytes) before the others; reads sort by writes_sort_key themselves."""
     cid = keys.encode_id(str(uuid6()))
-    encoded = {keys.write_key(1, 2, cid, p, t, i): (p, t, i) for p, t, i in items}
+    encoded = {keys.write_key(1, 2, cid, t, i): (t, i) for t, i in items}
+    assert [encoded[k] for k in sorted(encoded)] == sorted(
+        set(items), key=lambda x: (_family(x[0]), x[0], x[1])
+    )
+
+
+@given(st.lists(st.tuples(task_paths, texts, idxs), min_size=2, max_size=30))
+def test_legacy_write_keys_sort_like_writes_sort_key(items: list[tuple[str, str, int]]) -> None:
+    """R1 (formats 1-6, read by read-only opens and the 6 → 7 step): sorted(encode(k)) ==
+    encode(sorted(k)) for (task_path, task_id, idx)."""
+    cid = keys.encode_id(str(uuid6()))
+    encoded = {keys.legacy_write_key(1, 2, cid, p, t, i): (p, t, i) for p, t, i in items}
     assert [encoded[k] for k in sorted(encoded)] == sorted(set(items))
 
 
-@given(task_paths, texts, idxs)
-def test_write_key_round_trip(task_path: str, task_id: str, idx: int) -> None:
-    """Decoding a write key gives back every component exactly (NUL and unicode included)."""
+@given(task_ids, idxs)
+def test_write_key_round_trip(task_id: str, idx: int) -> None:
+    """Decoding a write key gives back every component exactly (NUL and unicode included);
+    a canonical UUID task id takes 16 bytes."""
     cid_str = str(uuid6())
-    key = keys.write_key(7, 9, keys.encode_id(cid_str), task_path, task_id, idx)
-    assert keys.decode_write_key(key) == (7, 9, cid_str, task_path, task_id, idx)
+    key = keys.write_key(7, 9, keys.encode_id(cid_str), task_id, idx)
+    assert keys.decode_write_key(key) == (7, 9, cid_str, task_id, idx)
+    assert len(keys.encode_task_id(task_id)) == (
+        17 if _family(task_id) == 0 else 1 + len(keys.encode_str(task_id))
+    )
+
+
+@given(task_paths, texts, idxs)
+def test_legacy_write_key_round_trip(task_path: str, task_id: str, idx: int) -> None:
+    """Decoding a formats 1-6 write key gives back every component exactly."""
+    cid_str = str(uuid6())
+    key = keys.legacy_write_key(7, 9, keys.encode_id(cid_str), task_path, task_id, idx)
+    assert keys.decode_legacy_write_key(key) == (7, 9, cid_str, task_path, task_id, idx)
+
+
+def test_a_uuid_task_id_has_one_spelling() -> None:
+    """A canonical UUID task id spelled as a str field is a damaged key (its second
+    spelling), not a second write of the same task."""
+    cid = keys.encode_id(str(uuid6()))
+    task_id = "1bb50c02-1071-7c23-a1d4-0f0b2c0e4d11"
+    good = keys.write_key(1, 1, cid, task_id, 0)
+    second = (
+        keys.uid(1) + keys.uid(1) + cid + b"\x30" + keys.encode_str(task_id) + keys.encode_idx(0)
+    )
+    assert good != second and keys.decode_write_key(good)[3] == task_id
+    with pytest.raises(DamagedKeyError, match="canonical form"):
+        keys.decode_write_key(second)
 
 
 @given(st.lists(texts, min_size=2, max_size=30))
@@ -46,7 +93,10 @@ def test_string_encoding_is_order_preserving(values: list[str]) -> None:
 def test_nul_does_not_alias() -> None:
     """R5: ("a\\x00", "b") and ("a", "\\x00b") — the NUL-join trap — encode differently."""
     cid = keys.encode_id(str(uuid6()))
-    assert keys.write_key(1, 1, cid, "a\x00", "b", 0) != keys.write_key(1, 1, cid, "a", "\x00b", 0)
+    assert keys.legacy_write_key(1, 1, cid, "a\x00", "b", 0) != keys.legacy_write_key(
+        1, 1, cid, "a", "\x00b", 0
+    )
+    assert keys.write_key(1, 1, cid, "a\x00", 0) != keys.write_key(1, 1, cid, "a", 0)
 
 
 @given(st.lists(st.uuids().map(str), min_size=2, max_size=20, unique=True))
@@ -114,11 +164,12 @@ def test_long_names_are_hashed_under_the_key_limit(name: str) -> None:
     assert len(keys.name_key(keys.KIND_THREAD, name)) <= keys.MAX_KEY
 
 
-def test_long_task_path_raises_key_too_long() -> None:
-    """R9: a write key over 511 bytes raises KeyTooLongError naming the fix."""
+def test_long_task_id_raises_key_too_long() -> None:
+    """R9: a write key over 511 bytes raises KeyTooLongError naming the fix (a task path
+    of any length is fine: it is in the record since format 7)."""
     cid = keys.encode_id(str(uuid6()))
     with pytest.raises(KeyTooLongError, match="LMDB's limit"):
-        keys.write_key(1, 1, cid, "x" * 600, "task", 0)
+        keys.write_key(1, 1, cid, "x" * 600, 0)
 
 
 def test_blob_key_round_trip() -> None:
@@ -159,7 +210,7 @@ def test_counter_versions_sort_like_strings(items: list[tuple[int, str]]) -> Non
     assert [encoded[k] for k in sorted(encoded)] == sorted(versions)
 
 
-GOOD_WRITE_KEY = keys.write_key(3, 1, keys.encode_id(str(uuid6())), "path", "task", 2)
+GOOD_WRITE_KEY = keys.write_key(3, 1, keys.encode_id(str(uuid6())), "task", 2)
 GOOD_BLOB_KEY = keys.blob_key(3, 1, 7, "00000000000000000000000000000002.0.5")
 
 
@@ -192,6 +243,6 @@ def test_damaged_keys_raise_a_named_corrupt_record_error(decode: Any, key: bytes
 
 
 def test_the_undamaged_keys_of_those_cases_decode() -> None:
-    assert keys.decode_write_key(GOOD_WRITE_KEY)[3:] == ("path", "task", 2)
+    assert keys.decode_write_key(GOOD_WRITE_KEY)[3:] == ("task", 2)
     assert keys.write_idx(GOOD_WRITE_KEY) == 2
     assert keys.decode_blob_key(GOOD_BLOB_KEY) == (3, 1, 7, "00000000000000000000000000000002.0.5")

@@ -143,7 +143,8 @@ def test_rewriting_an_existing_write_changes_nothing(
         for k, _ in saver.env.iter_db("writes")
         if lo <= keys.write_checkpoint_key(k)[len(keys.ns_prefix(*keys.split_ids(k, 2)[0])) :] <= hi
     )
-    _, _, cid, task_path, task_id, _ = keys.decode_write_key(key)
+    _, _, cid, task_id, _ = keys.decode_write_key(key)
+    task_path = next(w.task_path for w in saver.get_writes(at("t", cid)) if w.task_id == task_id)
     stored = saver.get_tuple(at("t", cid))
     assert stored is not None and stored.pending_writes
     channel, value = next((c, v) for t, c, v in stored.pending_writes if t == task_id)

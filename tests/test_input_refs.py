@@ -1,0 +1,210 @@
+"""A run's input is stored once: the __start__ task's writes refer to it (format 7; R1, R3, R11)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from deltalog.engine import DeltaLogSaver, keys
+from deltalog.engine.envelope import INPUT_CHANNEL, REF_MIN, read_write, split_write_value
+from deltalog.engine.errors import CorruptRecordError
+from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
+
+from .graphs import cfg, chat_graph, history, human
+
+Rows = list[tuple[bytes, bytes, Any]]
+
+
+def run(saver: Any, turns: int, sf: int | None, thread_id: str = "t") -> Any:
+    graph = chat_graph(sf).compile(checkpointer=saver)
+    for turn in range(turns):
+        graph.invoke({"messages": [human(turn)]}, cfg(thread_id))
+    return graph
+
+
+def write_records(saver: DeltaLogSaver) -> Rows:
+    """(key, channel uid bytes, decoded record) of every stored write."""
+    out: Rows = []
+    for key, raw in saver.env.iter_db("writes"):
+        cbytes, _, record = split_write_value(raw)
+        rec = saver.env.codec.decode(record, "test", prefix=cbytes, key=key)
+        out.append((key, cbytes, rec))
+    return out
+
+
+def at(cid: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid}}
+
+
+def references(saver: DeltaLogSaver) -> Rows:
+    return [
+        row for row in write_records(saver) if not isinstance(read_write(row[2], "t")[1], bytes)
+    ]
+
+
+@pytest.mark.parametrize("sf", [None, 1, 100])
+def test_the_input_message_is_stored_once_and_every_read_is_unchanged(
+    make_saver: Callable[..., DeltaLogSaver], sf: int | None
+) -> None:
+    """R3: the __start__ task's write of each human message refers to the input blob of its
+    checkpoint; states, history and pending writes equal InMemorySaver's."""
+    saver = make_saver()
+    graph = run(saver, 6, sf)
+    refs = references(saver)
+    # One per turn: the human message the __start__ task writes to `messages`.
+    assert len(refs) == 6
+    with saver.env.read() as r:
+        c = r.name_id(keys.KIND_CHANNEL, "messages")
+    assert {cbytes for _, cbytes, _ in refs} == {keys.uid(c or 0)}
+    for _, _, rec in refs:
+        _, ref, task_path = read_write(rec, "test")
+        assert not isinstance(ref, bytes) and task_path is not None
+        assert INPUT_CHANNEL in task_path
+    reference = run(InMemorySaver(), 6, sf)
+    assert history(graph, cfg("t")) == history(reference, cfg("t"))
+    for mine, theirs in zip(
+        saver.list(cfg("t")), reference.checkpointer.list(cfg("t")), strict=True
+    ):
+        assert [w[1:] for w in mine.pending_writes or []] == [
+            w[1:] for w in theirs.pending_writes or []
+        ]
+    assert saver.verify(deep=True).ok
+
+
+def test_references_resolve_through_export_copy_and_prune(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """R7: a copy, an export imported elsewhere and a pruned thread read the same states."""
+    saver = make_saver()
+    graph = run(saver, 5, 2)
+    before = history(graph, cfg("t"))
+    latest = graph.get_state(cfg("t")).values
+    exported = list(saver.export_records(["t"]))
+    assert all(rec["value"][1] is not None for rec in exported if rec.get("kind") == "write"), (
+        "an export carries payloads, never references"
+    )
+    other = make_saver()
+    other.import_records(exported)
+    assert history(chat_graph(2).compile(checkpointer=other), cfg("t")) == before
+    assert len(references(other)) == 5  # the import stores the input once as well
+
+    saver.copy_thread("t", "copy")
+    assert history(graph, cfg("copy")) == before
+    saver.prune(["t"], strategy="keep_latest")
+    assert graph.get_state(cfg("t")).values == latest
+    assert saver.verify(deep=True).ok
+
+
+def test_a_replaced_input_is_an_error_never_another_value(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """R11: when the blob a reference reads holds other bytes (a valid record of another
+    value), reading the write raises CorruptRecordError, and verify reports it."""
+    saver = make_saver()
+    run(saver, 2, 100)
+    key, _, _ = references(saver)[-1]
+    ckey = keys.write_checkpoint_key(key)
+    with saver.env.read() as r:
+        _, versions, _ = r._envelope(ckey, r.txn.get(ckey, db=r.dbs.checkpoints))
+        (t, n), _ = keys.split_ids(ckey, 2)
+        c = r.name_id(keys.KIND_CHANNEL, INPUT_CHANNEL)
+        assert c is not None
+    bkey = keys.blob_key(t, n, c, versions[INPUT_CHANNEL])
+    other = saver.serde.dumps_typed({"messages": [HumanMessage("something else " * 200, id="x")]})
+    forged = saver.env.codec.encode(list(other), key=bkey)
+    saver.env.write(lambda w: w.put_raw(w.dbs.blobs, bkey, forged))
+    with pytest.raises(CorruptRecordError, match="hold something else"):
+        saver.get_writes(at(keys.decode_checkpoint_key(ckey)[2]))
+    report = saver.verify(deep=True)
+    assert not report.ok
+    assert any(key.hex() in p.detail for p in report.problems)
+
+
+def test_a_missing_input_is_an_error(make_saver: Callable[..., DeltaLogSaver]) -> None:
+    """R11: a reference whose checkpoint has no input value left raises CorruptRecordError."""
+    saver = make_saver()
+    run(saver, 2, 100)
+    key, _, _ = references(saver)[-1]
+    ckey = keys.write_checkpoint_key(key)
+    with saver.env.read() as r:
+        _, versions, _ = r._envelope(ckey, r.txn.get(ckey, db=r.dbs.checkpoints))
+        (t, n), _ = keys.split_ids(ckey, 2)
+        c = r.name_id(keys.KIND_CHANNEL, INPUT_CHANNEL)
+        assert c is not None
+    bkey = keys.blob_key(t, n, c, versions[INPUT_CHANNEL])
+    saver.env.write(lambda w: w.txn.delete(bkey, db=w.dbs.blobs))
+    cid = keys.decode_checkpoint_key(ckey)[2]
+    with pytest.raises(CorruptRecordError, match=r"is\s+missing"):
+        saver.get_writes(at(cid))
+
+
+def test_re_putting_a_checkpoint_with_another_input_keeps_its_writes(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """R1: a put that replaces a checkpoint's input first stores its referring writes whole."""
+    saver = make_saver()
+    run(saver, 2, 100)
+    key, _, _ = references(saver)[-1]
+    ckey = keys.write_checkpoint_key(key)
+    cid = keys.decode_checkpoint_key(ckey)[2]
+    config = at(cid)
+    before = [(w.task_id, w.channel, w.value, w.task_path, w.idx) for w in saver.get_writes(config)]
+    tup = saver.get_tuple(config)
+    assert tup is not None
+    checkpoint = tup.checkpoint.copy()
+    versions = dict(checkpoint["channel_versions"])
+    versions[INPUT_CHANNEL] = saver.get_next_version(str(versions[INPUT_CHANNEL]), None)
+    checkpoint["channel_versions"] = versions
+    checkpoint["channel_values"] = {
+        **checkpoint["channel_values"],
+        INPUT_CHANNEL: {"messages": [HumanMessage("a new input", id="n")]},
+    }
+    assert tup.parent_config is not None
+    saver.put(tup.parent_config, checkpoint, tup.metadata, {INPUT_CHANNEL: versions[INPUT_CHANNEL]})
+    after = [(w.task_id, w.channel, w.value, w.task_path, w.idx) for w in saver.get_writes(config)]
+    assert after == before
+    assert all(keys.write_checkpoint_key(k) != ckey for k, _, _ in references(saver))
+    assert saver.verify(deep=True).ok
+
+
+def test_short_and_foreign_payloads_are_stored_whole(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """Only a payload of at least REF_MIN bytes found in the input becomes a reference;
+    writes that arrive before their checkpoint (R2) are stored whole."""
+    saver = make_saver()
+    version = saver.get_next_version(None, None)
+    config = saver.put(
+        {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+        {
+            "v": 4,
+            "id": "1ef00000-0000-6000-8000-000000000001",
+            "ts": "2024-01-01T00:00:00+00:00",
+            "channel_values": {INPUT_CHANNEL: {"messages": ["x" * 200], "n": 1}},
+            "channel_versions": {INPUT_CHANNEL: version},
+            "versions_seen": {},
+            "updated_channels": [INPUT_CHANNEL],
+        },  # type: ignore[typeddict-item]
+        {"source": "input", "step": -1, "parents": {}},
+        {INPUT_CHANNEL: version},
+    )
+    path = f"~__pregel_pull, {INPUT_CHANNEL}"
+    saver.put_writes(
+        config, [("messages", ["x" * 200]), ("n", 1), ("other", ["y" * 200])], "t1", path
+    )
+    early = at("1ef00000-0000-6000-8000-000000000009")
+    saver.put_writes(early, [("messages", ["x" * 200])], "t2", path)
+    refs = references(saver)
+    assert len(refs) == 1 and keys.decode_write_key(refs[0][0])[3] == "t1"
+    assert len(saver.serde.dumps_typed(1)[1]) < REF_MIN
+    written = {
+        (w.task_id, w.channel): saver.serde.loads_typed(w.value) for w in saver.get_writes(config)
+    }
+    assert written == {
+        ("t1", "messages"): ["x" * 200],
+        ("t1", "n"): 1,
+        ("t1", "other"): ["y" * 200],
+    }
