@@ -1,0 +1,183 @@
+"""Where a chat turn's bytes go: per database, entries, key and value bytes and pages (issue 18.1).
+
+``python -m deltalog.bench.breakdown`` runs one benchmark chat scenario on a
+``DeltaLogSaver`` in this process and reads every database of the store at two
+points, ``--window`` turns before the end and at the end; it prints, per turn
+over that window:
+
+* per database: entries added, key bytes, value bytes and B-tree pages
+  (leaf + branch + overflow, ``mdb_stat``) in bytes;
+* **logical bytes**: keys + values + LMDB's 10 bytes per entry (8-byte node
+  header, 2-byte slot) summed over the databases — what the records cost
+  before page fill;
+* **pages**: the databases' pages, and **used**: the file's used pages
+  (``last_pgno``, what ``deltalog bench`` counts, free pages included);
+* the content floor (:func:`deltalog.bench.graphs.content_floor`) and each
+  figure's ratio to it.
+
+Pages over logical bytes is LMDB's page fill: a B-tree page that splits
+where keys are inserted in its middle (the end of one thread's or channel's
+range, not of the database) keeps half its entries on each side, and the
+left half never fills again; a value over ~2 KB goes to overflow pages, whole
+4 KiB pages. The used pages move by a few pages between runs of the same code
+(random ids, which pages the free list hands out), so compare windows of a few
+hundred turns. The numbers in docs/benchmarks.md ("Stop 26") were made with it.
+
+Example::
+
+    python -m deltalog.bench.breakdown --scenario chat-delta-sf100 --turns 1000 --window 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from deltalog.bench.graphs import (
+    MESSAGES,
+    build_graph,
+    content_floor,
+    expected_messages,
+    human_message,
+    thread_config,
+)
+from deltalog.bench.scenarios import CHAT_SCENARIOS
+from deltalog.engine import DeltaLogSaver
+
+# LMDB's cost of one leaf entry beyond its key and value: the node header (8 bytes)
+# and the page's slot pointer (2 bytes).
+ENTRY_OVERHEAD = 10
+
+
+@dataclass(frozen=True)
+class DbFigures:
+    """One database's totals at one point: entries, key and value bytes, pages."""
+
+    entries: int
+    key_bytes: int
+    value_bytes: int
+    pages: int
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Per-turn growth over the window (see the module docstring)."""
+
+    scenario: str
+    turns: int
+    window: int
+    floor: float
+    logical: float
+    pages: float
+    used: float
+    databases: dict[str, dict[str, float]]
+
+    def table(self) -> str:
+        """The figures as text."""
+        lines = [
+            f"{self.scenario}: {self.turns} turns, per turn over the last {self.window}; "
+            f"content floor {self.floor:.0f} B",
+            f"  logical {self.logical:7.0f} B ({self.logical / self.floor:.2f}x)   pages "
+            f"{self.pages:7.0f} B ({self.pages / self.floor:.2f}x)   used {self.used:7.0f} B "
+            f"({self.used / self.floor:.2f}x)",
+            f"  {'database':14} {'entries':>8} {'key B':>8} {'value B':>8} {'pages B':>8}",
+        ]
+        for name, row in sorted(self.databases.items()):
+            lines.append(
+                f"  {name:14} {row['entries']:8.2f} {row['key_bytes']:8.1f} "
+                f"{row['value_bytes']:8.1f} {row['pages']:8.1f}"
+            )
+        return "\n".join(lines)
+
+
+def _snapshot(saver: DeltaLogSaver) -> tuple[dict[str, DbFigures], int, int]:
+    """Every database's figures, the file's used pages and the page size."""
+    env = saver.env.env
+    out: dict[str, DbFigures] = {}
+    with env.begin() as txn:
+        names = [bytes(k) for k, _ in txn.cursor()]
+        for name in names:
+            db = env.open_db(name, txn=txn, create=False)
+            stat = txn.stat(db)
+            entries = key_bytes = value_bytes = 0
+            for key, value in txn.cursor(db=db):
+                entries += 1
+                key_bytes += len(key)
+                value_bytes += len(value)
+            pages = stat["leaf_pages"] + stat["branch_pages"] + stat["overflow_pages"]
+            out[name.decode()] = DbFigures(entries, key_bytes, value_bytes, pages)
+    return out, int(env.info()["last_pgno"]) + 1, int(env.stat()["psize"])
+
+
+def measure(scenario_name: str, turns: int, window: int, workdir: Path) -> Breakdown:
+    """Run ``turns`` turns of the scenario and break down the last ``window``."""
+    scenarios = {s.name: s for s in CHAT_SCENARIOS}
+    if scenario_name not in scenarios:
+        raise SystemExit(f"unknown scenario {scenario_name!r}; one of {sorted(scenarios)}")
+    if not 1 <= window <= turns:
+        raise SystemExit(f"--window {window} must be between 1 and --turns ({turns})")
+    scenario = scenarios[scenario_name].with_turns(turns)
+    with DeltaLogSaver.from_path(workdir / "store") as saver:
+        graph = build_graph(scenario, saver)
+        config = thread_config("breakdown")
+        before: tuple[dict[str, DbFigures], int, int] | None = None
+        for turn in range(turns):
+            if turn == turns - window:
+                before = _snapshot(saver)
+            graph.invoke({MESSAGES: [human_message(scenario, turn)]}, config)
+        after = _snapshot(saver)
+    first, used0, psize = before if before is not None else ({}, 0, after[2])
+    last, used1, _ = after
+    empty = DbFigures(0, 0, 0, 0)
+    rows: dict[str, dict[str, float]] = {}
+    logical = pages = 0
+    for name, end in last.items():
+        start = first.get(name, empty)
+        grown = DbFigures(
+            *(b - a for a, b in zip(asdict(start).values(), asdict(end).values(), strict=True))
+        )
+        logical += grown.key_bytes + grown.value_bytes + ENTRY_OVERHEAD * grown.entries
+        pages += grown.pages * psize
+        if grown.entries or grown.pages:
+            rows[name] = {
+                "entries": grown.entries / window,
+                "key_bytes": grown.key_bytes / window,
+                "value_bytes": grown.value_bytes / window,
+                "pages": grown.pages * psize / window,
+            }
+    floors = content_floor(scenario, expected_messages(scenario))
+    return Breakdown(
+        scenario=scenario_name,
+        turns=turns,
+        window=window,
+        floor=sum(floors[-window:]) / window,
+        logical=logical / window,
+        pages=pages / window,
+        used=(used1 - used0) * psize / window,
+        databases=rows,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Command line: see the module docstring."""
+    parser = argparse.ArgumentParser(prog="python -m deltalog.bench.breakdown")
+    parser.add_argument("--scenario", default="chat-delta-sf100")
+    parser.add_argument("--turns", type=int, default=1000)
+    parser.add_argument("--window", type=int, default=500)
+    parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = measure(args.scenario, args.turns, args.window, Path(tmp))
+    print(result.table())
+    if args.json is not None:
+        payload: dict[str, Any] = asdict(result)
+        args.json.write_text(json.dumps(payload, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

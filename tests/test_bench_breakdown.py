@@ -1,0 +1,45 @@
+"""Issue 18.1: the bytes breakdown adds up, per database, to what the store grew by."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from deltalog.bench.breakdown import ENTRY_OVERHEAD, main, measure
+
+
+def test_the_breakdown_adds_up(tmp_path: Path) -> None:
+    """Logical bytes are the databases' keys, values and entry overhead; pages are theirs;
+    a DeltaChannel chat adds three checkpoints and three writes a turn, and one input
+    blob, whose human message the __start__ task's write refers to."""
+    result = measure("chat-delta-sf100", turns=30, window=20, workdir=tmp_path)
+    rows = result.databases
+    assert rows["checkpoints"]["entries"] == 3.0
+    assert rows["writes"]["entries"] == 3.0
+    assert rows["blobs"]["entries"] == 1.0
+    logical = sum(
+        r["key_bytes"] + r["value_bytes"] + ENTRY_OVERHEAD * r["entries"] for r in rows.values()
+    )
+    assert result.logical == pytest.approx(logical)
+    assert result.pages == pytest.approx(sum(r["pages"] for r in rows.values()))
+    # Keys: 21-byte checkpoint keys; write keys hold a 16-byte task id and no task path.
+    assert rows["checkpoints"]["key_bytes"] == 3 * 21
+    assert rows["writes"]["key_bytes"] == 3 * 42
+    assert 300 < result.floor < 500
+
+
+def test_the_command_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "b.json"
+    main(["--scenario", "chat-add_messages", "--turns", "12", "--window", "10", "--json", str(out)])
+    assert "logical" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["scenario"] == "chat-add_messages" and data["window"] == 10
+    assert data["logical"] > 0 and data["databases"]["writes"]["entries"] == 3.0
+
+
+def test_bad_options_exit_with_a_message(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="unknown scenario"):
+        measure("nope", 10, 5, tmp_path)
+    with pytest.raises(SystemExit, match="--window 20"):
+        measure("chat-delta-sf100", 10, 20, tmp_path)
