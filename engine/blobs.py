@@ -264,18 +264,28 @@ class BlobReads(TxnBase):
         if raw is None:
             return None
         _, versions, inline = self._envelope(ckey, raw)
-        channel = (
-            INPUT_CHANNEL if channel_id is None else self.name_of(keys.KIND_CHANNEL, channel_id)
-        )
+        if channel_id is None:
+            channel, channel_id = INPUT_CHANNEL, self.name_id(keys.KIND_CHANNEL, INPUT_CHANNEL)
+        else:
+            channel = self.name_of(keys.KIND_CHANNEL, channel_id)
         version = versions.get(channel)
-        if version is None:
+        if version is None or channel_id is None:
             return None
         held = inline.get(channel)
         if held is not None:
             return held[0], held[1]
         (t, n), _ = keys.split_ids(ckey, 2)
-        value = self.blob(t, n, channel, version)
-        return None if value is None else value.typed
+        key = keys.blob_key(t, n, channel_id, version)
+        braw = self.txn.get(key, db=self.dbs.blobs)
+        if braw is None:
+            return None
+        typed = self.env.payloads.get(braw)
+        if typed is None:
+            typed = self.blob_typed(key, braw)
+            # Kept decoded whatever its size (blob_typed keeps only large payloads):
+            # a cold walk reads the input once per write that refers to it.
+            self.env.payloads.put(braw, typed)
+        return typed
 
     def _range_content(self, blob_key: bytes, span: tuple[bytes, bytes]) -> bytes:
         """:meth:`write_content` of a blob's write range (its thread, ns and channel)."""
