@@ -348,16 +348,29 @@ def decode_id(buf: bytes, pos: int) -> tuple[str, int]:
     if tag in (_ID_UUID, _ID_ULID) and pos + 17 > len(buf):
         raise _damaged(buf, f"id cut short at {pos}")
     if tag == _ID_UUID:
-        h = bytes(buf[pos + 1 : pos + 17]).hex()
-        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}", pos + 17
+        return _uuid_at(buf, pos + 1), pos + 17
     if tag == _ID_ULID:
         return str(ULID.from_bytes(bytes(buf[pos + 1 : pos + 17]))), pos + 17
     if tag == _ID_STR:
-        value, end = decode_str(buf, pos + 1)
-        if _reencoded(encode_id, value) != bytes(buf[pos:end]):
-            raise _damaged(buf, f"id {value[:40]!r} at {pos} is not in its canonical form")
-        return value, end
+        return _canonical_str(buf, pos, encode_id, "id")
     raise _damaged(buf, f"unknown id tag {tag!r} at {pos}")
+
+
+def _uuid_at(buf: bytes, pos: int) -> str:
+    """The canonical UUID string of the 16 bytes at ``pos``."""
+    h = bytes(buf[pos : pos + 16]).hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _canonical_str(
+    buf: bytes, pos: int, encode: Callable[[str], bytes], what: str
+) -> tuple[str, int]:
+    """The ``str`` after the tag byte at ``pos``, which ``encode`` must give back exactly
+    (a uuid or ULID spelled as a ``str`` is a second spelling: damage)."""
+    value, end = decode_str(buf, pos + 1)
+    if _reencoded(encode, value) != bytes(buf[pos:end]):
+        raise _damaged(buf, f"{what} {value[:40]!r} at {pos} is not in its canonical form")
+    return value, end
 
 
 def _reencoded(encode: Callable[[Any], bytes], value: Any) -> bytes | None:
@@ -504,13 +517,9 @@ def decode_task_id(buf: bytes, pos: int) -> tuple[str, int]:
     if tag == _ID_UUID:
         if pos + 17 > len(buf):
             raise _damaged(buf, f"task id cut short at {pos}")
-        h = bytes(buf[pos + 1 : pos + 17]).hex()
-        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}", pos + 17
+        return _uuid_at(buf, pos + 1), pos + 17
     if tag == _ID_STR:
-        value, end = decode_str(buf, pos + 1)
-        if _reencoded(encode_task_id, value) != bytes(buf[pos:end]):
-            raise _damaged(buf, f"task id {value[:40]!r} at {pos} is not in its canonical form")
-        return value, end
+        return _canonical_str(buf, pos, encode_task_id, "task id")
     raise _damaged(buf, f"unknown task id tag {tag!r} at {pos}")
 
 

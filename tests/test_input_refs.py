@@ -45,6 +45,18 @@ def references(saver: DeltaLogSaver) -> Rows:
     ]
 
 
+def last_reference(saver: DeltaLogSaver) -> tuple[bytes, bytes, bytes]:
+    """(write key, checkpoint key, input blob key) of the newest referring write."""
+    key, _, _ = references(saver)[-1]
+    ckey = keys.write_checkpoint_key(key)
+    with saver.env.read() as r:
+        _, versions, _ = r._envelope(ckey, r.txn.get(ckey, db=r.dbs.checkpoints))
+        (t, n), _ = keys.split_ids(ckey, 2)
+        c = r.name_id(keys.KIND_CHANNEL, INPUT_CHANNEL)
+        assert c is not None
+    return key, ckey, keys.blob_key(t, n, c, versions[INPUT_CHANNEL])
+
+
 @pytest.mark.parametrize("sf", [None, 1, 100])
 def test_the_input_message_is_stored_once_and_every_read_is_unchanged(
     make_saver: Callable[..., DeltaLogSaver], sf: int | None
@@ -105,14 +117,7 @@ def test_a_replaced_input_is_an_error_never_another_value(
     value), reading the write raises CorruptRecordError, and verify reports it."""
     saver = make_saver()
     run(saver, 2, 100)
-    key, _, _ = references(saver)[-1]
-    ckey = keys.write_checkpoint_key(key)
-    with saver.env.read() as r:
-        _, versions, _ = r._envelope(ckey, r.txn.get(ckey, db=r.dbs.checkpoints))
-        (t, n), _ = keys.split_ids(ckey, 2)
-        c = r.name_id(keys.KIND_CHANNEL, INPUT_CHANNEL)
-        assert c is not None
-    bkey = keys.blob_key(t, n, c, versions[INPUT_CHANNEL])
+    key, ckey, bkey = last_reference(saver)
     other = saver.serde.dumps_typed({"messages": [HumanMessage("something else " * 200, id="x")]})
     forged = saver.env.codec.encode(list(other), key=bkey)
     saver.env.write(lambda w: w.put_raw(w.dbs.blobs, bkey, forged))
@@ -127,14 +132,7 @@ def test_a_missing_input_is_an_error(make_saver: Callable[..., DeltaLogSaver]) -
     """R11: a reference whose checkpoint has no input value left raises CorruptRecordError."""
     saver = make_saver()
     run(saver, 2, 100)
-    key, _, _ = references(saver)[-1]
-    ckey = keys.write_checkpoint_key(key)
-    with saver.env.read() as r:
-        _, versions, _ = r._envelope(ckey, r.txn.get(ckey, db=r.dbs.checkpoints))
-        (t, n), _ = keys.split_ids(ckey, 2)
-        c = r.name_id(keys.KIND_CHANNEL, INPUT_CHANNEL)
-        assert c is not None
-    bkey = keys.blob_key(t, n, c, versions[INPUT_CHANNEL])
+    _, ckey, bkey = last_reference(saver)
     saver.env.write(lambda w: w.txn.delete(bkey, db=w.dbs.blobs))
     cid = keys.decode_checkpoint_key(ckey)[2]
     with pytest.raises(CorruptRecordError, match=r"is\s+missing"):
