@@ -152,11 +152,11 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             key = cur.key()
             cbytes, _, record = split_write_value(cur.value())
             where = f"writes/{key.hex()}"
-            _, payload, _ = read_write(
+            ctype, payload, task_path = read_write(
                 self.codec.decode(record, where, prefix=cbytes, key=key), where
             )
-            if not isinstance(payload, bytes):
-                task_path, _, _, typed = self.write_row(key, len(ckey), cbytes, record)
+            if not isinstance(payload, bytes) and task_path is not None:
+                typed = (ctype, self._referred(key, payload, where))
                 found.append((key, cbytes, write_record(typed, task_path)))
             ok = cur.next()
         for key, cbytes, rec in found:
@@ -303,7 +303,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         """Append writes (R1, R2): idx ≥ 0 is first-writer-wins, special idx replaces.
 
         The checkpoint need not exist yet; the writes of the task that reads the
-        run's input (its path names :data:`~deltalog.envelope.INPUT_CHANNEL`) look
+        run's input (its path names :data:`~deltalog.engine.envelope.INPUT_CHANNEL`) look
         for the input the checkpoint stored, and a write whose payload is part of
         it is stored as a reference (format 7, :func:`~deltalog.engine.envelope.input_ref`):
         on a chat, the human message is stored once instead of twice.

@@ -167,7 +167,8 @@ FORMAT_VERSION: Final = 7
 #: blobs over writes, small values inside checkpoint records); format 4 put a
 #: CRC on the name records, format 5 a CRC over each record's key (checkpoints,
 #: writes, blobs), format 6 packed the memory store's items into chunks, format 7
-#: added writes that refer to their checkpoint's input. A writable open upgrades an older store through
+#: moved the task path from write keys into write records and added writes that
+#: refer to their checkpoint's input. A writable open upgrades an older store through
 #: :data:`deltalog.engine.migrations.MIGRATIONS`; a read-only open reads it as it is.
 READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5, 6, 7})
 #: The first format whose records (and trained dictionaries) carry a CRC over their key.
