@@ -147,8 +147,6 @@ class ItemCache:
         namespaces it holds get the op's items, in key order; the value
         indexes are rebuilt by the next search that wants them, from RAM.
         """
-        import bisect
-
         if changes.before is None or self.state != (0, changes.before):
             return None
         out = ItemCache((0, changes.after))

@@ -101,3 +101,33 @@ def test_index_argument_validated_with_an_index(tmp_path: Path) -> None:
         with pytest.raises(ItemValueError, match="index"):
             s.put(("a",), "k", {"t": "x"}, index="t")  # type: ignore[arg-type]
         assert s.get(("a",), "k") is None
+
+
+@pytest.mark.parametrize(
+    ("bad", "needle"),
+    [
+        (PutOp(("a",), 5, {}), "op 1 (PutOp): key 5"),  # type: ignore[arg-type]
+        (PutOp(("a",), "\ud800", {}), "op 1 (PutOp): key '\\ud800' is not valid Unicode"),
+        (PutOp(("a",), "k", {}, ttl=-1), "op 1 (PutOp): ttl -1"),
+        (PutOp(("a",), "k", {"f": float("inf")}), "op 1 (PutOp) ('a',)/'k'"),
+        (GetOp(("a",), 7), "op 1 (GetOp): key 7"),  # type: ignore[arg-type]
+    ],
+)
+def test_bad_op_named_by_its_position(store: DeltaLogStore, bad: Any, needle: str) -> None:
+    """The error of a bad op names its position and type in the batch (built only when it fails)."""
+    with pytest.raises(ItemValueError) as info:
+        store.batch([PutOp(("good",), "k", {"v": 1}), bad])
+    assert needle in str(info.value)
+
+
+def test_keys_and_namespaces_checked_once_still_checked_fully(store: DeltaLogStore) -> None:
+    """A non-ASCII key is stored, one with a lone surrogate refused; a namespace with a bad
+    label is refused even after its valid prefix was put (and remembered as checked)."""
+    store.put(("ns", "a"), "ключ", {"v": 1})
+    item = store.get(("ns", "a"), "ключ")
+    assert item is not None and item.key == "ключ"
+    with pytest.raises(ItemValueError, match="not valid Unicode"):
+        store.put(("ns", "a"), "\udfff", {"v": 1})
+    for bad in [("ns", "a.b"), ("ns", "a", ""), ["ns", "a\x00"]]:
+        with pytest.raises(InvalidNamespaceError):
+            store.batch([PutOp(bad, "k", {})])  # type: ignore[arg-type]
