@@ -656,15 +656,19 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
             if ns_id is None:
                 ns_id = writer.intern_ns(ns)
             old = writer.get(ns_id, ns, key)
-            live = old is not None and not core.is_expired(old.expires_ms, now_ms)
-            rec = ItemRecord(
-                namespace=ns,
-                key=key,
-                value=put.value,
-                created_us=old.created_us if old is not None and live else now_us,
-                updated_us=now_us,
-                ttl_minutes=put.ttl,
-                expires_ms=core.expires_at(now_ms, put.ttl) if put.ttl is not None else None,
+            # created_us is kept from an old item that has not expired.
+            created = (
+                now_us if old is None or core.is_expired(old.expires_ms, now_ms) else old.created_us
+            )
+            ttl = put.ttl
+            rec = ItemRecord(  # positional: namespace, key, value, created, updated, ttl, expiry
+                ns,
+                key,
+                put.value,
+                created,
+                now_us,
+                ttl,
+                None if ttl is None else core.expires_at(now_ms, ttl),
             )
             ikey = writer.put_item(ns_id, rec, old)
             if put.paths is not None or old is not None:  # a new item without vectors has none

@@ -46,6 +46,7 @@ __all__ = [
     "prefix_of",
     "record_items",
     "remember",
+    "with_item",
 ]
 
 
@@ -54,18 +55,19 @@ def item_fields(rec: ItemRecord, ikey: bytes) -> list[Any]:
     expires_ms, key]`` with ``updated_us`` nil when it equals ``created_us``,
     ``key`` nil unless the ``items`` key holds only its hash, and trailing nils
     left out (a first put without TTL is ``[value, created_us]``)."""
-    hashed = ikey[1 + ikey[0]] != 0
-    out: list[Any] = [
-        rec.value,
-        rec.created_us,
-        None if rec.updated_us == rec.created_us else rec.updated_us,
-        rec.ttl_minutes,
-        rec.expires_ms,
-        rec.key if hashed else None,
-    ]
-    while out[-1] is None:
-        out.pop()
-    return out
+    # Each shape written out: popping the trailing nils in a loop took twice
+    # as many steps (every put packs one).
+    created = rec.created_us
+    updated = None if rec.updated_us == created else rec.updated_us
+    if ikey[1 + ikey[0]] != 0:  # hashed
+        return [rec.value, created, updated, rec.ttl_minutes, rec.expires_ms, rec.key]
+    if rec.expires_ms is not None:
+        return [rec.value, created, updated, rec.ttl_minutes, rec.expires_ms]
+    if rec.ttl_minutes is not None:
+        return [rec.value, created, updated, rec.ttl_minutes]
+    if updated is not None:
+        return [rec.value, created, updated]
+    return [rec.value, created]
 
 
 #: A chunk whose msgpack body passes this many bytes is split in two. A read
@@ -106,7 +108,7 @@ class Chunk:
         self.blobs = blobs
 
     @classmethod
-    def of(cls, key: bytes, rec: list[Any]) -> Chunk:
+    def of(cls, key: bytes, rec: Any) -> Chunk:
         """The chunk record ``rec`` stored at ``key`` (copied: ``rec`` is not changed).
 
         Checks only what costs no loop; :meth:`check` checks every item, for
@@ -234,6 +236,22 @@ def _checked(key: bytes, rec: Any) -> tuple[Any, Any]:
             f"items {key.hex()} is not a chunk of items; run `deltalog verify`"
         )
     return suffixes, blobs
+
+
+def with_item(key: bytes, rec: Any, suffix: bytes, fields: list[Any]) -> Chunk:
+    """The chunk record ``rec`` at ``key`` with the item ``suffix`` put (its stored
+    ``fields``), as a new :class:`Chunk` (``rec`` is not changed): what
+    :meth:`Chunk.of` then :meth:`Chunk.put` make, in one call."""
+    suffixes, blobs = _checked(key, rec)
+    at = _position(key, suffixes, blobs, suffix)
+    suffixes, blobs = list(suffixes), list(blobs)
+    blob = ormsgpack.packb(fields)
+    if at < len(suffixes) and suffixes[at] == suffix:
+        blobs[at] = blob
+    else:
+        suffixes.insert(at, suffix)
+        blobs.insert(at, blob)
+    return Chunk(key, suffixes, blobs)
 
 
 def lookup(key: bytes, rec: Any, suffix: bytes) -> Any:

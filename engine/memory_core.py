@@ -19,7 +19,7 @@ import math
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from deltalog.engine import keys
@@ -34,6 +34,7 @@ __all__ = [
     "Changes",
     "ItemRecord",
     "best_scores",
+    "bump_counts",
     "check_filter",
     "check_ttl",
     "check_value",
@@ -50,6 +51,7 @@ __all__ = [
     "matches_condition",
     "matches_filter",
     "namespace_matcher",
+    "next_counter",
     "ns_of",
     "ranked_rows",
     "validate_labels",
@@ -461,6 +463,38 @@ def decode_counter(raw: bytes) -> int:
     return int(value)
 
 
+def next_counter(raw: bytes | None) -> tuple[int | None, int, bytes]:
+    """One more memory change: the counter in ``raw`` (None: no counter yet), the
+    count after it and its record (:func:`decode_counter` and :func:`encode_counter`
+    in one call, as every memory write op makes it).
+
+    Raises:
+        CorruptRecordError: ``raw`` is damaged (as :func:`decode_counter`).
+    """
+    before = None if raw is None else decode_counter(raw)
+    after = 1 if before is None else before + 1
+    body = after.to_bytes(8, "big")
+    return before, after, body + zlib.crc32(body, _COUNTER_SEED).to_bytes(4, "big")
+
+
+def bump_counts(key: bytes, raw: bytes, items: int, with_ttl: int) -> bytes:
+    """The count record ``raw`` at ``key`` with ``items`` and ``with_ttl`` added to
+    its counts (neither below 0): :func:`decode_counts` then :func:`encode_counts`,
+    the CRC of the key computed once (every put of a new item makes one).
+
+    Raises:
+        CorruptRecordError: ``raw`` is damaged (as :func:`decode_counts`).
+    """
+    if len(raw) != _COUNTS.size:
+        raise CorruptRecordError(f"item_ns {bytes(key).hex()} is not a count record")
+    have, have_ttl, crc = _COUNTS.unpack(raw)
+    seed = zlib.crc32(key)
+    if zlib.crc32(raw[:16], seed) != crc:
+        raise CorruptRecordError(f"item_ns {bytes(key).hex()} fails its checksum")
+    body = _COUNTS_BODY.pack(max(0, have + items), max(0, have_ttl + with_ttl))
+    return body + zlib.crc32(body, seed).to_bytes(4, "big")
+
+
 def encode_counts(ns_id: int, items: int, with_ttl: int, *, key: bytes | None = None) -> bytes:
     """A namespace's count record: its items, those with a TTL, a CRC-32
     (``key``: the record's key, ``keys.item_count_key(ns_id)``, if at hand)."""
@@ -576,7 +610,7 @@ def ranked_rows(
         k *= 4
 
 
-@dataclass
+@dataclass(slots=True, init=False)
 class Changes:
     """What one write op changed, for the in-RAM matrices after its commit.
 
@@ -588,8 +622,22 @@ class Changes:
 
     before: int | None
     after: int
-    vectors: dict[bytes, list[bytes]] = field(default_factory=dict)
-    items: dict[bytes, ItemRecord | None] = field(default_factory=dict)
+    vectors: dict[bytes, list[bytes]]
+    items: dict[bytes, ItemRecord | None]
+
+    def __init__(
+        self,
+        before: int | None,
+        after: int,
+        vectors: dict[bytes, list[bytes]] | None = None,
+        items: dict[bytes, ItemRecord | None] | None = None,
+    ) -> None:
+        # Written out: the generated one with default factories took twice as
+        # long (every memory write op makes one).
+        self.before = before
+        self.after = after
+        self.vectors = {} if vectors is None else vectors
+        self.items = {} if items is None else items
 
 
 @dataclass(slots=True)

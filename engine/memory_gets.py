@@ -101,20 +101,20 @@ class GetCache:
 
     def after(self, changes: Changes) -> None:
         """Bring the cache past one op this process committed."""
+        after, items = changes.after, changes.items
         with self._lock:
-            if self.state[0] == 0 and self.state[1] >= changes.after:
+            kind, count = self.state
+            if kind == 0 and count >= after:
                 return  # a read already saw this op's result, or later ones
             self.txnid = -1  # the next get confirms the state with a read
-            if changes.before is None or self.state != (0, changes.before):
+            entries = self.entries
+            if kind != 0 or count != changes.before or len(entries) + len(items) > self.max_entries:
                 # Not the state the op started from: start over from its writes,
-                # which are what the state after it holds at their keys.
-                self.entries = {}
-            self.state = (0, changes.after)
-            if not self.max_entries:
-                return
-            if len(self.entries) + len(changes.items) > self.max_entries:
-                self.entries = {}
-            self.entries.update(changes.items)
+                # which are what the state after it holds at their keys (or full).
+                entries = self.entries = {}
+            self.state = (0, after)
+            if self.max_entries:
+                entries.update(items)
 
 
 _CACHES: weakref.WeakSet[GetCache] = weakref.WeakSet()

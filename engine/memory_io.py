@@ -51,14 +51,16 @@ from deltalog.engine.memory_chunks import (
     prefix_of,
     record_items,
     remember,
+    with_item,
 )
 from deltalog.engine.memory_core import (
     Changes,
     ItemRecord,
+    bump_counts,
     decode_counter,
     decode_counts,
-    encode_counter,
     encode_counts,
+    next_counter,
     ns_of,
 )
 from deltalog.engine.memory_gets import GetCache
@@ -414,18 +416,18 @@ class MemoryReader:
         cur = self.txn.cursor(db=self.items_db)
         after: _Near = None
         if cur.set_range(ikey):
-            key = bytes(cur.key())
-            if key == ikey:
-                return (key, cur.value()), None
-            if key.startswith(prefix):
-                after = (key, cur.value())
+            found: tuple[bytes, bytes] = cur.item()
+            if found[0] == ikey:
+                return found, None
+            if found[0].startswith(prefix):
+                after = found
             ok = cur.prev()
         else:
             ok = cur.last()
         if ok:
-            key = bytes(cur.key())
-            if key.startswith(prefix):
-                return (key, cur.value()), after
+            found = cur.item()
+            if found[0].startswith(prefix):
+                return found, after
         return None, after
 
     def get(self, ns_id: int, namespace: tuple[str, ...], key: str) -> ItemRecord | None:
@@ -646,6 +648,8 @@ class MemoryWriter(MemoryReader):
         self._key_memo: tuple[int, str, bytes] | None = None
         #: The last :meth:`_around` (ikey, result), until the next ``items`` write.
         self._near: tuple[bytes, tuple[_Near, _Near]] | None = None
+        #: The last record :meth:`_decode` decoded: (its bytes, the record).
+        self._held: tuple[bytes, Any] | None = None
 
     def _around(self, ikey: bytes) -> tuple[_Near, _Near]:
         # A put reads the old item, then writes its chunk: one lookup for both.
@@ -656,24 +660,30 @@ class MemoryWriter(MemoryReader):
         self._near = (ikey, found)
         return found
 
+    def _decode(self, key: bytes, raw: bytes) -> Any:
+        # ... and decodes the same bytes (the same object: _around's) for both.
+        held = self._held
+        if held is not None and held[0] is raw:
+            return held[1]
+        rec = super()._decode(key, raw)
+        self._held = (raw, rec)
+        return rec
+
     def touch(self) -> Changes:
         """Count this op as one memory change (the first call adds one to the counter)."""
-        if self.changes is None:
-            raw = self.txn.get(keys.ITEM_CHANGES, db=self.ns_db)
-            before = decode_counter(raw) if raw is not None else None
-            after = (before or 0) + 1
-            self.txn.put(keys.ITEM_CHANGES, encode_counter(after), db=self.ns_db)
-            self.changes = Changes(before, after)
-        return self.changes
+        changes = self.changes
+        if changes is None:
+            before, after, raw = next_counter(self.txn.get(keys.ITEM_CHANGES, db=self.ns_db))
+            self.txn.put(keys.ITEM_CHANGES, raw, db=self.ns_db)
+            changes = self.changes = Changes(before, after)
+        return changes
 
     def _count(self, ns_id: int, items: int, with_ttl: int) -> None:
         key = keys.item_count_key(ns_id)
         raw = self.txn.get(key, db=self.ns_db)
         if raw is None:
             return  # no counts for this namespace: they stay unknown (never half-right)
-        have, have_ttl = decode_counts(key, raw)
-        value = encode_counts(ns_id, max(0, have + items), max(0, have_ttl + with_ttl), key=key)
-        self.txn.put(key, value, db=self.ns_db)
+        self.txn.put(key, bump_counts(key, raw, items, with_ttl), db=self.ns_db)
 
     def intern_ns(self, namespace: tuple[str, ...]) -> int:
         """The id of ``namespace``, allocating one if it is new."""
@@ -735,8 +745,9 @@ class MemoryWriter(MemoryReader):
         if holder is not None:
             key, raw = holder
             rec = self._decode(key, raw)
-            if is_chunk(rec):
-                chunk = Chunk.of(key, rec)
+            if is_chunk(rec):  # the common case: into the chunk that holds it
+                with_item(key, rec, suffix, fields).write(self.txn, self.items_db, self.codec)
+                return
         if chunk is None and after is not None:
             key, raw = after
             rec = self._decode(key, raw)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import lmdb
 import ormsgpack
 import pytest
-from deltalog.engine import CorruptRecordError, DeltaLogStore, memory_chunks
+from deltalog.engine import CorruptRecordError, DeltaLogStore, keys, memory_chunks
 from deltalog.engine.memory_chunks import CHUNK_BYTES, Chunk, is_chunk
+from deltalog.engine.memory_core import ItemRecord
 from deltalog.engine.write_txn import WriteTxn
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -265,3 +267,58 @@ def test_a_chunk_with_a_suffix_that_is_no_bytes_is_damage(tmp_path: Path) -> Non
             store.get(("n",), "k1")
         with pytest.raises(CorruptRecordError, match=key.hex()):
             store.put(("n",), "k1", {"i": 11})
+
+
+def _fields_reference(rec: ItemRecord, ikey: bytes) -> list[Any]:
+    """item_fields as its docstring states it: every field, trailing nils dropped."""
+    out: list[Any] = [
+        rec.value,
+        rec.created_us,
+        None if rec.updated_us == rec.created_us else rec.updated_us,
+        rec.ttl_minutes,
+        rec.expires_ms,
+        rec.key if ikey[1 + ikey[0]] != 0 else None,
+    ]
+    while out[-1] is None:
+        out.pop()
+    return out
+
+
+@given(
+    key=st.sampled_from(["k", "é", "x" * 500]),
+    created=st.integers(0, 2**60),
+    updated=st.none() | st.integers(0, 2**60),
+    ttl=st.none() | st.floats(0.5, 1e6),
+    expires=st.none() | st.integers(0, 2**62),
+)
+def test_item_fields_drop_exactly_the_trailing_nils(
+    key: str, created: int, updated: int | None, ttl: float | None, expires: int | None
+) -> None:
+    """Every shape of item record (hashed key, TTL, expiry, update time or not) packs the
+    fields up to the last one that is set, as format 5 defines them, and parses back."""
+    ikey = keys.item_key(3, key)
+    rec = ItemRecord(
+        ("n",), key, {"v": 1}, created, created if updated is None else updated, ttl, expires
+    )
+    fields = memory_chunks.item_fields(rec, ikey)
+    assert fields == _fields_reference(rec, ikey)
+    assert memory_chunks.parse_item(("n",), ikey, fields) == rec
+
+
+@given(
+    present=st.lists(st.binary(min_size=1, max_size=4), min_size=1, max_size=12, unique=True),
+    suffix=st.binary(min_size=1, max_size=4),
+)
+def test_with_item_is_of_then_put(present: list[bytes], suffix: bytes) -> None:
+    """with_item gives the chunk Chunk.of then Chunk.put give (a new item or a replaced
+    one), and leaves the record it was given as it was."""
+    present.sort()
+    key = b"\x01\x07" + present[0]
+    rec = (tuple(present), tuple(ormsgpack.packb([{"i": i}, i]) for i in range(len(present))))
+    kept = (rec[0][:], rec[1][:])
+    fields: list[Any] = [{"new": True}, 5]
+    expected = Chunk.of(key, rec)
+    expected.put(suffix, fields)
+    got = memory_chunks.with_item(key, rec, suffix, fields)
+    assert (got.key, got.suffixes, got.blobs) == (expected.key, expected.suffixes, expected.blobs)
+    assert rec == kept

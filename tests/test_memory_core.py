@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from deltalog.engine import keys
 from deltalog.engine import memory_core as core
-from deltalog.engine.errors import ItemValueError, NamespaceError
+from deltalog.engine.errors import CorruptRecordError, ItemValueError, NamespaceError
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from langgraph.store.base import InvalidNamespaceError
@@ -226,3 +226,47 @@ def test_import_does_not_load_numpy() -> None:
     code = "import sys, deltalog.engine; assert 'numpy' not in sys.modules, 'numpy imported'"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+@given(
+    ns_id=st.integers(0, 2**40),
+    have=st.integers(0, 2**40),
+    have_ttl=st.integers(0, 2**40),
+    items=st.integers(-3, 3),
+    with_ttl=st.integers(-3, 3),
+)
+def test_bump_counts_is_decode_then_encode(
+    ns_id: int, have: int, have_ttl: int, items: int, with_ttl: int
+) -> None:
+    """bump_counts gives the record encode_counts would write for the decoded counts
+    moved by the deltas (never below 0), and refuses a damaged record as decode_counts."""
+    key = keys.item_count_key(ns_id)
+    raw = core.encode_counts(ns_id, have, have_ttl)
+    bumped = core.bump_counts(key, raw, items, with_ttl)
+    assert bumped == core.encode_counts(ns_id, max(0, have + items), max(0, have_ttl + with_ttl))
+    assert core.decode_counts(key, bumped) == (max(0, have + items), max(0, have_ttl + with_ttl))
+    for bad in (raw[:-1], raw[:3] + bytes([raw[3] ^ 1]) + raw[4:]):
+        with pytest.raises(CorruptRecordError):
+            core.bump_counts(key, bad, items, with_ttl)
+    with pytest.raises(CorruptRecordError):  # another namespace's record
+        core.bump_counts(keys.item_count_key(ns_id + 1), raw, items, with_ttl)
+
+
+@given(st.none() | st.integers(0, 2**63 - 2))
+def test_next_counter_is_decode_then_encode(count: int | None) -> None:
+    """next_counter reads the counter (none yet: starts at 1) and writes it one higher."""
+    raw = None if count is None else core.encode_counter(count)
+    before, after, record = core.next_counter(raw)
+    assert before == count and after == (count or 0) + 1
+    assert record == core.encode_counter(after) and core.decode_counter(record) == after
+    if raw is not None:
+        with pytest.raises(CorruptRecordError):
+            core.next_counter(raw[:-1] + bytes([raw[-1] ^ 1]))
+
+
+def test_changes_start_empty_and_apart() -> None:
+    """Each Changes gets its own empty maps unless given some."""
+    a, b = core.Changes(None, 1), core.Changes(1, 2, items={b"k": None})
+    a.items[b"x"] = None
+    assert b.items == {b"k": None} and a.vectors == {} and a.vectors is not b.vectors
+    assert (a.before, a.after, b.before, b.after) == (None, 1, 1, 2)
