@@ -257,29 +257,32 @@ class Environment(EnvironmentBase):
                 failed = None
                 started = time.perf_counter() if before_commit is not None else 0.0
                 running = IN_WRITE_OP.__dict__.setdefault("stores", set())
-                for req in pending:
-                    if before_commit is not None and (
-                        not req.history_safe or time.perf_counter() - started > WAKE_AFTER
-                    ):
-                        # Ops that may run long (maintenance, or many of them):
-                        # the last batch is durable and waits no longer.
-                        before_commit()
-                        before_commit = None
-                    wtxn = WriteTxn(self, txn, names)
-                    wtxns.append(wtxn)
-                    running.add(self)
-                    try:
-                        req.value = req.op(wtxn)
-                    except lmdb.MapFullError:
-                        raise
-                    except BaseException as exc:
-                        req.error = (
-                            translate_error(exc, self.path) if isinstance(exc, lmdb.Error) else exc
-                        )
-                        req.done, failed = True, req
-                        break
-                    finally:
-                        running.discard(self)
+                running.add(self)
+                try:
+                    for req in pending:
+                        if before_commit is not None and (
+                            not req.history_safe or time.perf_counter() - started > WAKE_AFTER
+                        ):
+                            # Ops that may run long (maintenance, or many of them):
+                            # the last batch is durable and waits no longer.
+                            before_commit()
+                            before_commit = None
+                        wtxn = WriteTxn(self, txn, names)
+                        wtxns.append(wtxn)
+                        try:
+                            req.value = req.op(wtxn)
+                        except lmdb.MapFullError:
+                            raise
+                        except BaseException as exc:
+                            req.error = (
+                                translate_error(exc, self.path)
+                                if isinstance(exc, lmdb.Error)
+                                else exc
+                            )
+                            req.done, failed = True, req
+                            break
+                finally:
+                    running.discard(self)
                 if failed is not None:
                     # The ops share one transaction: drop it with what the failed op
                     # wrote, and run the others again without it (a nested
@@ -295,9 +298,12 @@ class Environment(EnvironmentBase):
                 groups: list[tuple[int, int]] = []
                 new_blobs: list[tuple[int, int, bytes]] = []
                 for w, req in zip(wtxns, pending, strict=True):
-                    everything = everything or w.memo_everything or not req.history_safe
-                    groups.extend(w.memo_groups)
-                    new_blobs.extend(w.memo_blobs)
+                    if w.memo_everything or not req.history_safe:
+                        everything = True
+                    if w.memo_groups:
+                        groups.extend(w.memo_groups)
+                    if w.memo_blobs:
+                        new_blobs.extend(w.memo_blobs)
                 if everything or groups or new_blobs:  # a memory op reports nothing
                     self.memo.before_commit(
                         txn_id, groups=groups, everything=everything, new_blobs=new_blobs

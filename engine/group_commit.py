@@ -11,6 +11,7 @@ import collections
 import contextlib
 import importlib
 import logging
+import os
 import sys
 import threading
 import time
@@ -78,6 +79,20 @@ _deferring = False
 
 _NOT_DEFERRED: Final = contextlib.nullcontext()
 
+_get_ident: Final = threading.get_ident
+#: The main thread's id (``threading.main_thread().ident`` without its two
+#: Python calls on every write): in a forked child, the thread that forked.
+_main_ident = threading.main_thread().ident
+
+
+def _forked_child() -> None:
+    global _main_ident
+    _main_ident = _get_ident()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked_child)
+
 
 def signals_deferred() -> contextlib.AbstractContextManager[None]:
     """On the main thread: run Python signal handlers after the block, not inside it.
@@ -91,7 +106,7 @@ def signals_deferred() -> contextlib.AbstractContextManager[None]:
     KeyboardInterrupt is raised then, in this thread only). Costs about 2 µs;
     other threads never run signal handlers, so for them this does nothing.
     """
-    if _deferring or threading.get_ident() != threading.main_thread().ident:
+    if _deferring or _get_ident() != _main_ident:
         return _NOT_DEFERRED  # reentrant: writer threads pass here
     return _Deferred()
 
@@ -279,11 +294,11 @@ class GroupCommit:
                 # Other callers' writes depend on what follows (waking them, their
                 # ops in this thread's batch): a signal handler raising in here
                 # must not fail them (issue 15.15), so it runs after it.
-                with signals_deferred():
-                    if req.chain:
-                        self._wake_next(req)
-                    if not req.done:
-                        self._lead(req)
+                if _deferring or _get_ident() != _main_ident:  # signals_deferred() is a no-op
+                    self._woken(req)
+                else:
+                    with _Deferred():
+                        self._woken(req)
             except BaseException as exc:  # e.g. KeyboardInterrupt while waiting
                 with signals_deferred():
                     if self._withdraw(req):
@@ -299,6 +314,14 @@ class GroupCommit:
         if req.error is not None:
             raise req.error
         return req.value  # type: ignore[return-value]
+
+    def _woken(self, req: Request[Any]) -> None:
+        """A thread caller's request, once its caller is woken (or led at once):
+        wake the next caller of its chain, then lead if it is not done."""
+        if req.chain:
+            self._wake_next(req)
+        if not req.done:
+            self._lead(req)
 
     def submit(
         self,
@@ -388,10 +411,13 @@ class GroupCommit:
                 if nxt is not None or spawn:
                     self._unwoken, batch = batch, []
             try:
-                wake_last_batch()
-                self._wake(batch)
+                if unwoken:
+                    wake_last_batch()
+                if batch:
+                    self._wake(batch)
             finally:  # whatever happens telling callers, the queue gets its next leader
-                self._hand_on(nxt, spawn)
+                if nxt is not None or spawn:
+                    self._hand_on(nxt, spawn)
 
     def _wake(self, done: list[Request[Any]]) -> None:
         """Hand done requests back: async callers are told at once; thread callers

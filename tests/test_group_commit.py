@@ -124,3 +124,30 @@ def test_submitted_ops_are_led_by_the_lead_thread_and_notified_once() -> None:
     assert sorted(v for _, v in seen) == list(range(50)) and all(e is None for e, _ in seen)
     assert sorted(log.rows) == list(range(50))
     commits.close()
+
+
+def test_a_child_forked_from_a_thread_defers_signals_on_that_thread() -> None:
+    """After fork() from a worker thread, that thread is the child's main thread (as
+    threading.main_thread() says there): its writes defer signal handlers, as they would
+    on the main thread of any process."""
+    import os
+
+    from deltalog.engine import group_commit
+
+    codes: list[int] = []
+
+    def fork_and_check() -> None:
+        pid = os.fork()
+        if pid == 0:  # the child: this thread is its only one
+            main = threading.main_thread().ident == threading.get_ident()
+            deferred = group_commit.signals_deferred() is not group_commit._NOT_DEFERRED
+            os._exit(0 if main and deferred else 1)
+        _, status = os.waitpid(pid, 0)
+        codes.append(os.waitstatus_to_exitcode(status))
+        # And in this process, a worker thread still defers nothing.
+        codes.append(int(group_commit.signals_deferred() is not group_commit._NOT_DEFERRED))
+
+    worker = threading.Thread(target=fork_and_check)
+    worker.start()
+    worker.join(30)
+    assert codes == [0, 0]
