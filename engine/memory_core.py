@@ -226,7 +226,13 @@ def _copy_json(value: Any, depth: int) -> Any:
         for k, v in value.items():
             if type(k) is not str:
                 raise _Unusual
-            out[k] = _copy_json(v, depth + 1)
+            tv = type(v)
+            # The common leaves in line (their calls were 28 % of a three-key
+            # value's check); the rest, and any doubt, go through the call.
+            if (tv is int and -(2**63) <= v < 2**64) or (tv is str and v.isascii()):
+                out[k] = v
+            else:
+                out[k] = _copy_json(v, depth + 1)
         return out
     if t is int:
         if not -(2**63) <= value < 2**64:
