@@ -192,6 +192,14 @@ def _seal_body(tag: int, body: bytes, key: bytes | None, prefix: bytes) -> bytes
 _TAG_BYTES: Final = tuple(bytes((tag,)) for tag in range(256))
 
 
+def _seal_over_key(tag: int, body: bytes, key: bytes) -> bytes:
+    """:func:`_seal_body` of a full record (not a delta) over ``key``, without a
+    prefix: the CRC runs over the key, the tag byte, then the body."""
+    head = _TAG_BYTES[tag | KEYED]
+    crc = zlib.crc32(body, zlib.crc32(head, zlib.crc32(key)))
+    return b"".join((head, body, crc.to_bytes(CRC_SIZE, "big")))
+
+
 def encode_dictionary(key: bytes, dictionary: bytes) -> bytes:
     """A trained dictionary as stored in ``meta`` under ``key`` (``dict:N``): since
     format 5 a record framed over its key, so a flipped bit is caught before a
@@ -616,6 +624,17 @@ class RecordCodec:
                     if len(packed) < len(body):
                         tag, payload = TAG_ZSTD, packed
         return _seal_body(tag, payload, key, prefix)
+
+    def encode_fast(self, body: bytes, key: bytes, compress_from: int) -> bytes:
+        """:meth:`encode_body` of ``body`` with ``fast=True``, ``compress_from`` and
+        ``key`` (no prefix): the same bytes in a third of the steps, for records
+        rewritten by every put (the memory store's item chunks)."""
+        threshold = self.compress_threshold
+        if threshold is not None and len(body) >= min(threshold, compress_from):
+            packed = self.compressor.compress_fast(body)
+            if len(packed) < len(body):
+                return _seal_over_key(TAG_ZSTD, packed, key)
+        return _seal_over_key(TAG_PLAIN, body, key)
 
     def rekey(
         self, data: bytes, old_key: bytes | None, new_key: bytes, what: str, *, prefix: bytes = b""

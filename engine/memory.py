@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from deltalog.engine import keys
@@ -79,22 +79,36 @@ class _SaverLike(Protocol):
     def env(self) -> Environment: ...
 
 
-@dataclass(slots=True)
 class _PutPlan:
-    namespace: tuple[str, ...]
-    value: dict[str, Any] | None
-    ttl: float | None
-    paths: list[tuple[str, list[str] | str]] | None  # None: index off for this put
-    vectors: list[VectorRecord] = field(default_factory=list)
+    """One checked put of a batch (plain slots: every put makes one)."""
+
+    __slots__ = ("namespace", "paths", "ttl", "value", "vectors")
+
+    def __init__(
+        self,
+        namespace: tuple[str, ...],
+        value: dict[str, Any] | None,
+        ttl: float | None,
+        paths: list[tuple[str, list[str] | str]] | None,  # None: index off for this put
+    ) -> None:
+        self.namespace = namespace
+        self.value = value
+        self.ttl = ttl
+        self.paths = paths
+        self.vectors: list[VectorRecord] = []
 
 
-@dataclass(slots=True)
 class _Plan:
-    ops: list[Op]
-    puts: dict[_Key, _PutPlan]
-    #: Every op is a put: the batch reads nothing (every result is None).
-    puts_only: bool
-    queries: dict[str, list[float]] = field(default_factory=dict)
+    """A checked batch: its ops, its puts by (namespace, key), the query vectors."""
+
+    __slots__ = ("ops", "puts", "puts_only", "queries")
+
+    def __init__(self, ops: list[Op], puts: dict[_Key, _PutPlan], puts_only: bool) -> None:
+        self.ops = ops
+        self.puts = puts
+        #: Every op is a put: the batch reads nothing (every result is None).
+        self.puts_only = puts_only
+        self.queries: dict[str, list[float]] = {}
 
 
 @dataclass
@@ -717,7 +731,8 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
                 continue
             if ns_id is None:
                 ns_id = writer.intern_ns(ns)
-            old = writer.get(ns_id, ns, key)
+            ikey = keys.item_key(ns_id, key)  # once, for the read and the write
+            old = writer.get_at(ikey, ns, key)
             # created_us is kept from an old item that has not expired.
             created = (
                 now_us if old is None or core.is_expired(old.expires_ms, now_ms) else old.created_us
@@ -732,7 +747,7 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
                 ttl,
                 None if ttl is None else core.expires_at(now_ms, ttl),
             )
-            ikey = writer.put_item(ns_id, rec, old)
+            writer.put_item(ns_id, rec, old, ikey)
             if put.paths is not None or old is not None:  # a new item without vectors has none
                 writer.set_vectors(ikey, put.vectors if put.paths is not None else [])
 

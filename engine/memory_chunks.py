@@ -185,7 +185,7 @@ class Chunk:
             Chunk(self.key, self.suffixes[:half], self.blobs[:half]).write(txn, db, codec)
             Chunk(right_key, self.suffixes[half:], self.blobs[half:]).write(txn, db, codec)
             return
-        value = codec.encode_body(body, key=self.key, compress_from=CHUNK_COMPRESS_FROM, fast=True)
+        value = codec.encode_fast(body, self.key, CHUNK_COMPRESS_FROM)
         txn.put(self.key, value, db=db)
         if len(body) <= DECODED_ITEM_BYTES:  # the items are smaller than the body
             _hold(self.key, value, (tuple(self.suffixes), tuple(self.blobs)))

@@ -477,8 +477,15 @@ def next_counter(raw: bytes | None) -> tuple[int | None, int, bytes]:
     Raises:
         CorruptRecordError: ``raw`` is damaged (as :func:`decode_counter`).
     """
-    before = None if raw is None else decode_counter(raw)
-    after = 1 if before is None else before + 1
+    if raw is None:
+        before, after = None, 1
+    else:  # decode_counter in line
+        if len(raw) != _COUNTER.size:
+            raise CorruptRecordError(f"item_ns change counter is {len(raw)} bytes, not 12")
+        before, crc = _COUNTER.unpack(raw)
+        if zlib.crc32(raw[:8], _COUNTER_SEED) != crc:
+            raise CorruptRecordError("item_ns change counter fails its checksum")
+        after = before + 1
     body = after.to_bytes(8, "big")
     return before, after, body + zlib.crc32(body, _COUNTER_SEED).to_bytes(4, "big")
 

@@ -432,9 +432,13 @@ class MemoryReader:
 
     def get(self, ns_id: int, namespace: tuple[str, ...], key: str) -> ItemRecord | None:
         """The item at (namespace, key), expired or not; None if absent."""
+        return self.get_at(self._item_key(ns_id, key), namespace, key)
+
+    def get_at(self, ikey: bytes, namespace: tuple[str, ...], key: str) -> ItemRecord | None:
+        """:meth:`get` of the item whose ``items`` key (``keys.item_key``) is ``ikey``."""
         if self.items_db is None:
             return None
-        rec = self.item_at(self._item_key(ns_id, key), namespace, key)
+        rec = self.item_at(ikey, namespace, key)
         return rec if rec is not None and rec.key == key else None
 
     def _item_key(self, ns_id: int, key: str) -> bytes:
@@ -718,9 +722,13 @@ class MemoryWriter(MemoryReader):
         self._key_memo = (ns_id, key, ikey)
         return ikey
 
-    def put_item(self, ns_id: int, rec: ItemRecord, old: ItemRecord | None) -> bytes:
-        """Write an item (replacing ``old``, its TTL entry too); return its key."""
-        ikey = self._item_key(ns_id, rec.key)
+    def put_item(
+        self, ns_id: int, rec: ItemRecord, old: ItemRecord | None, ikey: bytes | None = None
+    ) -> bytes:
+        """Write an item (replacing ``old``, its TTL entry too); return its key
+        (``ikey``, if the caller has it: ``keys.item_key(ns_id, rec.key)``)."""
+        if ikey is None:
+            ikey = self._item_key(ns_id, rec.key)
         changes = self.touch()
         with_ttl = (rec.expires_ms is not None) - (old is not None and old.expires_ms is not None)
         if old is None or with_ttl:

@@ -262,6 +262,8 @@ def test_next_counter_is_decode_then_encode(count: int | None) -> None:
     if raw is not None:
         with pytest.raises(CorruptRecordError):
             core.next_counter(raw[:-1] + bytes([raw[-1] ^ 1]))
+        with pytest.raises(CorruptRecordError):
+            core.next_counter(raw[:-1])
 
 
 def test_changes_start_empty_and_apart() -> None:
