@@ -40,6 +40,7 @@ __all__ = [
     "decoded",
     "is_chunk",
     "item_fields",
+    "locate",
     "lookup",
     "pack_items",
     "parse_item",
@@ -238,12 +239,16 @@ def _checked(key: bytes, rec: Any) -> tuple[Any, Any]:
     return suffixes, blobs
 
 
-def with_item(key: bytes, rec: Any, suffix: bytes, fields: list[Any]) -> Chunk:
+def with_item(
+    key: bytes, rec: Any, suffix: bytes, fields: list[Any], at: int | None = None
+) -> Chunk:
     """The chunk record ``rec`` at ``key`` with the item ``suffix`` put (its stored
     ``fields``), as a new :class:`Chunk` (``rec`` is not changed): what
-    :meth:`Chunk.of` then :meth:`Chunk.put` make, in one call."""
-    suffixes, blobs = _checked(key, rec)
-    at = _position(key, suffixes, blobs, suffix)
+    :meth:`Chunk.of` then :meth:`Chunk.put` make, in one call. ``at``: where
+    :func:`locate` found ``suffix`` in ``rec`` (it checked the record)."""
+    suffixes, blobs = _checked(key, rec) if at is None else rec
+    if at is None:
+        at = _position(key, suffixes, blobs, suffix)
     suffixes, blobs = list(suffixes), list(blobs)
     blob = ormsgpack.packb(fields)
     if at < len(suffixes) and suffixes[at] == suffix:
@@ -258,11 +263,17 @@ def lookup(key: bytes, rec: Any, suffix: bytes) -> Any:
     """The stored fields of the item with key suffix ``suffix`` in the chunk ``rec``
     at ``key``, or None: :meth:`Chunk.find` and :meth:`Chunk.fields` without
     copying the chunk (a read)."""
+    return locate(key, rec, suffix)[1]
+
+
+def locate(key: bytes, rec: Any, suffix: bytes) -> tuple[int, Any]:
+    """Where the item with key suffix ``suffix`` is, or would go, in the chunk
+    ``rec`` at ``key``, and its stored fields (None: not there)."""
     suffixes, blobs = _checked(key, rec)
     at = _position(key, suffixes, blobs, suffix)
     if at == len(suffixes) or suffixes[at] != suffix:
-        return None
-    return _unpack(key, at, blobs[at])
+        return at, None
+    return at, _unpack(key, at, blobs[at])
 
 
 def _position(key: bytes, suffixes: Sequence[Any], blobs: Sequence[Any], suffix: bytes) -> int:

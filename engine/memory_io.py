@@ -46,6 +46,7 @@ from deltalog.engine.memory_chunks import (
     decoded,
     is_chunk,
     item_fields,
+    locate,
     lookup,
     parse_item,
     prefix_of,
@@ -654,6 +655,9 @@ class MemoryWriter(MemoryReader):
         self._near: tuple[bytes, tuple[_Near, _Near]] | None = None
         #: The last record :meth:`_decode` decoded: (its bytes, the record).
         self._held: tuple[bytes, Any] | None = None
+        #: Where the last :meth:`item_at` found (or would put) its item in a
+        #: chunk: (ikey, the chunk's bytes, key suffix, position), for :meth:`_store`.
+        self._slot: tuple[bytes, bytes, bytes, int] | None = None
 
     def _around(self, ikey: bytes) -> tuple[_Near, _Near]:
         # A put reads the old item, then writes its chunk: one lookup for both.
@@ -663,6 +667,23 @@ class MemoryWriter(MemoryReader):
         found = super()._around(ikey)
         self._near = (ikey, found)
         return found
+
+    def item_at(
+        self, ikey: bytes, namespace: tuple[str, ...], name_hint: str | None = None
+    ) -> ItemRecord | None:
+        # MemoryReader.item_at, remembering where the item is in its chunk (a
+        # put reads the old item, then writes the chunk: see _store).
+        holder, _ = self._around(ikey)
+        if holder is None:
+            return None
+        key, raw = holder
+        rec = self._decode(key, raw)
+        if not is_chunk(rec):  # a one-item record (format 4, 5): this item's or another's
+            return parse_item(namespace, ikey, rec, name_hint) if key == ikey else None
+        suffix = ikey[len(prefix_of(ikey)) :]
+        at, fields = locate(key, rec, suffix)
+        self._slot = (ikey, raw, suffix, at)
+        return None if fields is None else parse_item(namespace, ikey, fields, name_hint)
 
     def _decode(self, key: bytes, raw: bytes) -> Any:
         # ... and decodes the same bytes (the same object: _around's) for both.
@@ -746,17 +767,25 @@ class MemoryWriter(MemoryReader):
         :class:`Chunk`): the record at or below it if that is a chunk; else the
         next chunk of the namespace, re-keyed down to ``ikey``; else a new chunk
         at ``ikey`` (which replaces a format 4/5 record of this item there)."""
-        suffix = ikey[len(prefix_of(ikey)) :]
         holder, after = self._around(ikey)
         self._near = None
-        chunk: Chunk | None = None
+        slot, self._slot = self._slot, None
         if holder is not None:
             key, raw = holder
             rec = self._decode(key, raw)
-            if is_chunk(rec):  # the common case: into the chunk that holds it
-                with_item(key, rec, suffix, fields).write(self.txn, self.items_db, self.codec)
+            if slot is not None and slot[0] == ikey and slot[1] is raw:
+                # The common case: into the chunk item_at found it in (or its place).
+                with_item(key, rec, slot[2], fields, slot[3]).write(
+                    self.txn, self.items_db, self.codec
+                )
                 return
-        if chunk is None and after is not None:
+            if is_chunk(rec):
+                with_item(key, rec, ikey[len(prefix_of(ikey)) :], fields).write(
+                    self.txn, self.items_db, self.codec
+                )
+                return
+        chunk: Chunk | None = None
+        if after is not None:
             key, raw = after
             rec = self._decode(key, raw)
             if is_chunk(rec):
@@ -765,7 +794,7 @@ class MemoryWriter(MemoryReader):
                 chunk.key = ikey
         if chunk is None:
             chunk = Chunk(ikey, [], [])
-        chunk.put(suffix, fields)
+        chunk.put(ikey[len(prefix_of(ikey)) :], fields)
         chunk.write(self.txn, self.items_db, self.codec)
 
     def _remove(self, ikey: bytes) -> None:
