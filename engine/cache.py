@@ -24,9 +24,12 @@ last 50 turns paying a seed decode of 8 ms or more, against 11–12 this way,
 and invoke p50 went from 18–22 to 16 ms (two alternating pairs).
 
 Every byte budget here is a cap, not a reservation: a :class:`GrowingBudget`
-starts at 4 MiB, rises to fit twice the largest entry admitted, and doubles
-when a key it evicted for room is asked for again (the working set did not
-fit). A one-thread chat, which only ever re-reads its newest seed, keeps one
+starts at 4 MiB, rises to fit twice the largest entry admitted, and grows by
+twice an evicted entry's cost when its key is asked for again (the working set
+did not fit). Growth in proportion to what was missed, not doubling: on the
+200-turn ``add_messages`` chat a few re-reads of ~800-byte input payloads,
+evicted by ~125 KB message blobs that are never read again, doubled the payload
+budget to its 64 MiB cap and peak RSS rose from 124 to 149 MiB. A one-thread chat, which only ever re-reads its newest seed, keeps one
 or two seeds; a server cycling through many threads grows it to the cap.
 """
 
@@ -100,7 +103,7 @@ class GrowingBudget:
     def __init__(self, cap: int, start: int = START_BUDGET, ghosts: int = 4096) -> None:
         self.cap = cap
         self.limit = min(cap, start)
-        self._ghosts: OrderedDict[int, None] = OrderedDict()
+        self._ghosts: OrderedDict[int, int] = OrderedDict()
         self._ghost_max = ghosts
 
     def admit(self, cost: int) -> bool:
@@ -111,20 +114,19 @@ class GrowingBudget:
             self.limit = min(self.cap, 2 * cost)
         return True
 
-    def evicted(self, key: Hashable) -> None:
-        """``key`` was dropped for room."""
-        self._ghosts[hash(key)] = None
+    def evicted(self, key: Hashable, cost: int) -> None:
+        """``key``, an entry of ``cost`` bytes, was dropped for room."""
+        self._ghosts[hash(key)] = cost
         if len(self._ghosts) > self._ghost_max:
             self._ghosts.popitem(last=False)
 
     def missed(self, key: Hashable) -> None:
-        """``key`` was asked for and not found: double the budget if it was evicted."""
+        """``key`` was asked for and not found: if it was evicted, grow by twice its cost."""
         if not self._ghosts:
             return
-        h = hash(key)
-        if h in self._ghosts:
-            del self._ghosts[h]
-            self.limit = min(self.cap, 2 * self.limit)
+        cost = self._ghosts.pop(hash(key), None)
+        if cost is not None:
+            self.limit = min(self.cap, self.limit + 2 * cost)
 
 
 def _loads(pickled: bytes) -> Any:
@@ -221,8 +223,9 @@ class DecodedCache:
                 self.size += cost
             while self.size > self.budget.limit:
                 old_key, old_value = self._entries.popitem(last=False)
-                self.size -= len(old_key) + len(old_value)
-                self.budget.evicted(old_key)
+                old_cost = len(old_key) + len(old_value)
+                self.size -= old_cost
+                self.budget.evicted(old_key, old_cost)
         # The caller gets the freshly decoded object; the cache keeps its own pickle.
         return value
 
@@ -313,8 +316,9 @@ class PayloadCache:
             self.size += cost
             while self.size > self.budget.limit:
                 old, value = self._entries.popitem(last=False)
-                self.size -= len(old) + len(value[1])
-                self.budget.evicted(old)
+                old_cost = len(old) + len(value[1])
+                self.size -= old_cost
+                self.budget.evicted(old, old_cost)
 
 
 class EnvelopeCache:

@@ -221,7 +221,7 @@ class HistoryMemo:
             ):
                 old_key, evicted = self._entries.popitem(last=False)
                 self.size -= evicted.cost
-                self.budget.evicted(old_key)
+                self.budget.evicted(old_key, evicted.cost)
             return entry
 
     # -- writers (all under the store's writer lock) -----------------------------------------

@@ -87,9 +87,30 @@ def test_budget_never_exceeds_its_cap() -> None:
     assert budget.limit == 4 * MiB
     assert budget.admit(5 * MiB) and budget.limit == 6 * MiB
     assert not budget.admit(7 * MiB)
-    budget.evicted(b"k")
+    budget.evicted(b"k", MiB)
     budget.missed(b"k")
     assert budget.limit == 6 * MiB
+
+
+def test_a_missed_small_entry_grows_the_budget_by_its_size_not_double() -> None:
+    """Small entries evicted by a stream of large never-reread ones (the input
+    payloads of an ``add_messages`` chat among its message blobs): their
+    re-reads grow the budget by twice their size, so it does not climb to the
+    cap and let the large ones fill it."""
+    cache = PayloadCache()
+    small = [_value(i, 800) for i in range(50)]
+    for i, record in enumerate(small):
+        cache.put(record, ("bytes", record))
+        for j in range(8):
+            big = _value(1000 + 8 * i + j, 128 * 1024)
+            cache.put(big, ("bytes", big))
+        if i >= 40:  # read some evicted small ones again
+            for old in small[i - 40 : i - 35]:
+                if cache.get(old) is None:
+                    cache.put(old, ("bytes", old))
+    assert cache.max_bytes == 64 * MiB
+    assert cache.budget.limit < START_BUDGET + MiB
+    assert cache.size <= cache.budget.limit
 
 
 def test_large_message_chat_keeps_caches_small_and_state_right(tmp_path: Path) -> None:
