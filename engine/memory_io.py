@@ -398,8 +398,12 @@ class MemoryReader:
         rec = self._decode(key, raw)
         if not is_chunk(rec):  # a one-item record (format 4, 5): this item's or another's
             return parse_item(namespace, ikey, rec, name_hint) if key == ikey else None
-        fields = lookup(key, rec, ikey[len(prefix_of(ikey)) :])
+        fields = self._chunk_fields(ikey, key, raw, rec)
         return None if fields is None else parse_item(namespace, ikey, fields, name_hint)
+
+    def _chunk_fields(self, ikey: bytes, key: bytes, raw: bytes, rec: Any) -> Any:
+        """The fields of ``ikey``'s item in the decoded chunk ``rec`` (``raw``, under ``key``)."""
+        return lookup(key, rec, ikey[len(prefix_of(ikey)) :])
 
     def _decode(self, key: bytes, raw: bytes) -> Any:
         found = decoded(key, raw)
@@ -668,22 +672,13 @@ class MemoryWriter(MemoryReader):
         self._near = (ikey, found)
         return found
 
-    def item_at(
-        self, ikey: bytes, namespace: tuple[str, ...], name_hint: str | None = None
-    ) -> ItemRecord | None:
-        # MemoryReader.item_at, remembering where the item is in its chunk (a
-        # put reads the old item, then writes the chunk: see _store).
-        holder, _ = self._around(ikey)
-        if holder is None:
-            return None
-        key, raw = holder
-        rec = self._decode(key, raw)
-        if not is_chunk(rec):  # a one-item record (format 4, 5): this item's or another's
-            return parse_item(namespace, ikey, rec, name_hint) if key == ikey else None
+    def _chunk_fields(self, ikey: bytes, key: bytes, raw: bytes, rec: Any) -> Any:
+        # Remembers where the item is in its chunk (a put reads the old item,
+        # then writes the chunk: see _store).
         suffix = ikey[len(prefix_of(ikey)) :]
         at, fields = locate(key, rec, suffix)
         self._slot = (ikey, raw, suffix, at)
-        return None if fields is None else parse_item(namespace, ikey, fields, name_hint)
+        return fields
 
     def _decode(self, key: bytes, raw: bytes) -> Any:
         # ... and decodes the same bytes (the same object: _around's) for both.
