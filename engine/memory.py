@@ -204,13 +204,16 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
             An open store; use it as a context manager or call :meth:`close`.
 
         Raises:
-            InvalidInputError: A bad path or option, before anything is created.
+            InvalidInputError: A bad path, option, index or TTL config, before anything is created.
         """
         from deltalog.engine.env_files import store_folder
         from deltalog.engine.saver import _check_open_options, _open_shared, _release_shared
 
         path = store_folder(path)
         _check_open_options(compress_threshold=compress_threshold, cache_bytes=0)
+        # The configs are checked before the environment (and its folder) is created.
+        _check_ttl_config(ttl)
+        checked = None if index is None else _check_index(index)
         options = {
             "map_size": map_size,
             "max_map_size": max_map_size,
@@ -221,7 +224,9 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
         }
         env = _open_shared(path, options)
         try:
-            out = cls(env, index=index, ttl=ttl, clock=clock)
+            out = cls(env, ttl=ttl, clock=clock)
+            if checked is not None:
+                out.index_config, out.embeddings, out._fields = checked
         except BaseException:
             _release_shared(env)
             raise
@@ -970,7 +975,18 @@ def _check_index(
         embeddings = ensure_embeddings(cfg["embed"])
     except Exception as exc:
         raise EmbeddingError(f"index embed {cfg['embed']!r:.60} is not usable ({exc})") from exc
-    fields = cfg.get("fields") or ["$"]
+    fields = cfg.get("fields")
+    legacy = cfg.get("text_fields")
+    if legacy is not None:
+        # SqliteStore reads its fields from "text_fields" (and ignores "fields"):
+        # a config written for it embeds the same paths here.
+        if fields is not None and fields != legacy:
+            raise ItemValueError(
+                f"index has both fields {fields!r:.60} and text_fields {legacy!r:.60}; "
+                "pass only 'fields'"
+            )
+        fields = [legacy] if isinstance(legacy, str) else legacy
+    fields = fields or ["$"]
     if not isinstance(fields, list) or not all(isinstance(f, str) and f for f in fields):
         raise ItemValueError(f"index fields {fields!r:.80} must be a list of field paths")
     cfg["fields"] = list(fields)

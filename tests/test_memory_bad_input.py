@@ -86,12 +86,15 @@ def test_hostile_and_huge(store: DeltaLogStore) -> None:
         ({"index": {"dims": 4, "embed": lambda t: [], "fields": "text"}}, "fields"),
         ({"ttl": {"default_ttl": "soon"}}, "soon"),
         ({"ttl": {"sweep_every": 5}}, "sweep_every"),
+        ({"index": {"dims": 4, "embed": lambda t: [], "fields": ["a"], "text_fields": "b"}}, "b"),
     ],
 )
 def test_bad_configuration(tmp_path: Path, kwargs: dict[str, Any], needle: str) -> None:
-    """A bad index or TTL configuration is refused when the store is made."""
+    """A bad index or TTL configuration is refused when the store is made, before
+    its folder is created."""
     with pytest.raises(ItemValueError, match=needle):
         DeltaLogStore.from_path(tmp_path / "cfg", **kwargs).close()
+    assert not (tmp_path / "cfg").exists()
 
 
 def test_index_argument_validated_with_an_index(tmp_path: Path) -> None:

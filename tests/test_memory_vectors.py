@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 from deltalog.engine import DeltaLogStore
-from deltalog.engine.errors import EmbeddingError
+from deltalog.engine.errors import EmbeddingError, ItemValueError
 from langgraph.store.base import PutOp, SearchOp
 
 DIMS = 16
@@ -184,3 +184,22 @@ def test_vectors_are_float32_in_lmdb(store: DeltaLogStore) -> None:
     assert np.frombuffer(raw, dtype=np.float32).tolist() == pytest.approx(
         embed_one("abc"), abs=1e-6
     )
+
+
+def test_sqlitestore_text_fields_are_read_as_fields(tmp_path: Path, embedder: Embedder) -> None:
+    """A config written for SqliteStore, which reads "text_fields" (a list or one
+    path), embeds those paths; "fields" and a different "text_fields" is refused."""
+    for i, text_fields in enumerate([["title"], "title"]):
+        index: Any = {"dims": DIMS, "embed": embedder, "text_fields": text_fields}
+        with DeltaLogStore.from_path(tmp_path / f"t{i}", index=index) as s:
+            s.put(("d",), "k", {"title": "T", "body": "B"})
+        assert embedder.texts == ["T"]
+        embedder.texts.clear()
+    same: Any = {"dims": DIMS, "embed": embedder, "fields": ["title"], "text_fields": ["title"]}
+    with DeltaLogStore.from_path(tmp_path / "same", index=same) as s:
+        s.put(("d",), "k", {"title": "T", "body": "B"})
+    assert embedder.texts == ["T"]
+    both: Any = {"dims": DIMS, "embed": embedder, "fields": ["title"], "text_fields": ["body"]}
+    with pytest.raises(ItemValueError, match="text_fields"):
+        DeltaLogStore.from_path(tmp_path / "both", index=both)
+    assert not (tmp_path / "both").exists()
