@@ -26,11 +26,12 @@ and invoke p50 went from 18–22 to 16 ms (two alternating pairs).
 Every byte budget here is a cap, not a reservation: a :class:`GrowingBudget`
 starts at 4 MiB, rises to fit twice the largest entry admitted, and grows by
 twice an evicted entry's cost when its key is asked for again (the working set
-did not fit). Growth in proportion to what was missed, not doubling: on the
+did not fit). A one-thread chat, which only ever re-reads its newest seed,
+keeps one or two seeds; a server cycling through many threads grows it to the
+cap. Growth is in proportion to what was missed, not a doubling: on the
 200-turn ``add_messages`` chat a few re-reads of ~800-byte input payloads,
-evicted by ~125 KB message blobs that are never read again, doubled the payload
-budget to its 64 MiB cap and peak RSS rose from 124 to 149 MiB. A one-thread chat, which only ever re-reads its newest seed, keeps one
-or two seeds; a server cycling through many threads grows it to the cap.
+evicted by ~125 KB message blobs that are never read again, doubled the
+payload budget to its 64 MiB cap, and peak RSS rose from 124 to 149 MiB.
 """
 
 from __future__ import annotations

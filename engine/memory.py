@@ -978,14 +978,15 @@ def _check_index(
     fields = cfg.get("fields")
     legacy = cfg.get("text_fields")
     if legacy is not None:
-        # SqliteStore reads its fields from "text_fields" (and ignores "fields"):
-        # a config written for it embeds the same paths here.
+        # SqliteStore reads its fields from "text_fields" (a list or one path) and
+        # ignores "fields": a config written for it embeds the same paths here.
+        legacy = [legacy] if isinstance(legacy, str) else legacy
         if fields is not None and fields != legacy:
             raise ItemValueError(
                 f"index has both fields {fields!r:.60} and text_fields {legacy!r:.60}; "
                 "pass only 'fields'"
             )
-        fields = [legacy] if isinstance(legacy, str) else legacy
+        fields = legacy
     fields = fields or ["$"]
     if not isinstance(fields, list) or not all(isinstance(f, str) and f for f in fields):
         raise ItemValueError(f"index fields {fields!r:.80} must be a list of field paths")

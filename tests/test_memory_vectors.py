@@ -195,7 +195,7 @@ def test_sqlitestore_text_fields_are_read_as_fields(tmp_path: Path, embedder: Em
             s.put(("d",), "k", {"title": "T", "body": "B"})
         assert embedder.texts == ["T"]
         embedder.texts.clear()
-    same: Any = {"dims": DIMS, "embed": embedder, "fields": ["title"], "text_fields": ["title"]}
+    same: Any = {"dims": DIMS, "embed": embedder, "fields": ["title"], "text_fields": "title"}
     with DeltaLogStore.from_path(tmp_path / "same", index=same) as s:
         s.put(("d",), "k", {"title": "T", "body": "B"})
     assert embedder.texts == ["T"]
