@@ -212,9 +212,7 @@ class BlobReads(TxnBase):
                 task_path = ""
         except Exception as exc:
             raise CorruptRecordError(f"key {where} cannot be decoded ({exc})") from exc
-        ctype, payload, stored_path = read_write(
-            self.codec.decode(record, where, prefix=cbytes, key=key), where
-        )
+        ctype, payload, stored_path = self._write_fields(key, cbytes, record, where)
         if stored_path is None:
             if not self.legacy_writes:
                 raise CorruptRecordError(
@@ -222,21 +220,26 @@ class BlobReads(TxnBase):
                 )
         else:
             task_path = stored_path
-        if not isinstance(payload, bytes):
-            payload = self._referred(key, payload, where)
         return task_path, task_id, idx, (ctype, payload)
 
     def write_typed(self, key: bytes, cbytes: bytes, record: bytes) -> Typed:
         """The ``(type, payload)`` of the write record at ``key`` (behind channel uid
         ``cbytes``), following a reference into its checkpoint's input (format 7).
         """
-        where = f"writes/{key.hex()}"
-        ctype, payload, _ = read_write(
+        ctype, payload, _ = self._write_fields(key, cbytes, record, f"writes/{key.hex()}")
+        return ctype, payload
+
+    def _write_fields(
+        self, key: bytes, cbytes: bytes, record: bytes, where: str
+    ) -> tuple[str, bytes, str | None]:
+        """(type, payload, task path or None before format 7) of a write record, its
+        reference into the checkpoint's input followed."""
+        ctype, payload, stored_path = read_write(
             self.codec.decode(record, where, prefix=cbytes, key=key), where
         )
         if not isinstance(payload, bytes):
             payload = self._referred(key, payload, where)
-        return ctype, payload
+        return ctype, payload, stored_path
 
     def _referred(self, key: bytes, ref: WriteRef, where: str) -> bytes:
         """The payload a write at ``key`` refers to in its checkpoint's input.
