@@ -7,6 +7,7 @@ from typing import Any, Final
 
 from deltalog.engine import keys
 from deltalog.engine.blobs import BlobWrites
+from deltalog.engine.codec import Ahead
 from deltalog.engine.envelope import (
     INPUT_CHANNEL,
     REF_MIN,
@@ -299,8 +300,12 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         task_id: str,
         task_path: str,
         writes: Sequence[tuple[str, int, Typed]],
+        aheads: Sequence[Ahead | None] | None = None,
     ) -> None:
         """Append writes (R1, R2): idx ≥ 0 is first-writer-wins, special idx replaces.
+
+        ``aheads`` (one per write, or None) are the writes' records compressed
+        before this transaction (:func:`~deltalog.engine.prepare.prepare_writes`).
 
         The checkpoint need not exist yet; the writes of the task that reads the
         run's input (its path names :data:`~deltalog.engine.envelope.INPUT_CHANNEL`) look
@@ -325,15 +330,22 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         if INPUT_CHANNEL in task_path and any(len(v[1]) >= REF_MIN for _, _, v in writes):
             source = self._input_of(keys.checkpoint_key(t, n, cid))
         source_id = None if source is None else self.name_id(keys.KIND_CHANNEL, INPUT_CHANNEL)
-        for key, channel, idx, value in rows:
+        for i, (key, channel, idx, value) in enumerate(rows):
             c = self.intern(keys.KIND_CHANNEL, channel)
             cbytes = keys.uid(c)
             record = None
             if source is not None and source_id is not None:
                 record = input_ref(value, task_path, source_id, source)
-            if record is None:
-                record = write_record(value, task_path)
-            raw = cbytes + self.codec.encode(record, prefix=cbytes, key=key)
+            ahead = aheads[i] if aheads is not None and record is None else None
+            if ahead is not None:
+                # Its body is write_record(value, task_path), packed.
+                raw = cbytes + self.codec.encode_body(
+                    ahead.body, prefix=cbytes, key=key, ahead=ahead
+                )
+            else:
+                if record is None:
+                    record = write_record(value, task_path)
+                raw = cbytes + self.codec.encode(record, prefix=cbytes, key=key)
             if idx >= 0:
                 # A new write under a checkpoint that a delta blob's write range
                 # covers would change that blob's dictionary: rebase it first.

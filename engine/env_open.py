@@ -249,6 +249,7 @@ class EnvironmentBase:
         self.env = self._lmdb_open(size, lock=lock, readonly=self.readonly)
         #: False when read-only without LMDB's lock file (see readonly_lock).
         self.locked = lock
+        self.codec.page_size = int(self.env.stat()["psize"])
         try:
             self._check_opened()
         except BaseException:

@@ -14,9 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import ormsgpack
 from deltalog.engine import keys
+from deltalog.engine.codec import DENSE_MIN, Ahead, RecordCodec
 from deltalog.engine.config import checkpoint_config, delta_counters, parse_config
-from deltalog.engine.envelope import held_inline, is_scalar
+from deltalog.engine.envelope import INPUT_CHANNEL, held_inline, is_scalar, write_record
 from deltalog.engine.errors import ConfigError, InvalidInputError
 from deltalog.engine.store_rows import BlobRow, Typed
 from deltalog.engine.values import dumps
@@ -36,6 +38,16 @@ __all__ = ["prepare_put", "prepare_writes"]
 # Exact types whose small values a checkpoint record holds itself (subclasses
 # such as enums go to blobs). The same set LangGraph's PostgresSaver keeps in
 # its checkpoint row; lists and dicts (growing values, delta seeds) never.
+
+
+#: Values at least this large (serialized) are compressed before their write
+#: transaction (:func:`prepare_writes`); smaller ones cannot reach DENSE_MIN.
+AHEAD_MIN = DENSE_MIN
+#: What a write key (thread, namespace, checkpoint, UUID task id, idx) and its
+#: channel id usually take: the sizes compress_ahead decides with. The write
+#: transaction decides again with the real ones.
+AHEAD_KEY_SIZE = 42
+AHEAD_PREFIX_SIZE = 2
 
 
 def prepare_put(
@@ -144,8 +156,14 @@ def prepare_writes(
     writes: Sequence[tuple[str, Any]],
     task_id: str,
     task_path: str,
+    codec: RecordCodec | None = None,
 ) -> Callable[[WriteTxn], None]:
     """The write op of :meth:`~deltalog.engine.DeltaLogSaver.put_writes`.
+
+    With ``codec``, the records of values of :data:`AHEAD_MIN` bytes or more
+    are compressed here, before the write queues for the store's writer
+    (:meth:`~deltalog.engine.codec.RecordCodec.compress_ahead`); the async
+    saver passes none, so that its event loop does not compress.
 
     Raises:
         ConfigError: Missing ``thread_id`` or ``checkpoint_id``.
@@ -187,7 +205,19 @@ def prepare_writes(
             )
         )
 
+    aheads: list[Ahead | None] | None = None
+    # The __start__ task's writes may become references to the input (format 7).
+    if codec is not None and INPUT_CHANNEL not in task_path:
+        aheads = [
+            codec.compress_ahead(
+                ormsgpack.packb(write_record(value, task_path)), AHEAD_KEY_SIZE, AHEAD_PREFIX_SIZE
+            )
+            if len(value[1]) >= AHEAD_MIN
+            else None
+            for _, _, value in rows
+        ]
+
     def op(w: WriteTxn) -> None:
-        w.put_writes(thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, rows)
+        w.put_writes(thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, rows, aheads)
 
     return op

@@ -451,7 +451,8 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
             InvalidInputError: A malformed write or unserializable value.
         """
         self.env.write(
-            prepare_writes(self.serde, config, writes, task_id, task_path), history_safe=True
+            prepare_writes(self.serde, config, writes, task_id, task_path, self.env.codec),
+            history_safe=True,
         )
 
     def delete_thread(self, thread_id: str) -> None:
