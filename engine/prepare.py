@@ -33,7 +33,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-__all__ = ["prepare_put", "prepare_writes"]
+__all__ = ["PreparedWrites", "prepare_put", "prepare_writes"]
 
 # Exact types whose small values a checkpoint record holds itself (subclasses
 # such as enums go to blobs). The same set LangGraph's PostgresSaver keeps in
@@ -156,14 +156,8 @@ def prepare_writes(
     writes: Sequence[tuple[str, Any]],
     task_id: str,
     task_path: str,
-    codec: RecordCodec | None = None,
-) -> Callable[[WriteTxn], None]:
-    """The write op of :meth:`~deltalog.engine.DeltaLogSaver.put_writes`.
-
-    With ``codec``, the records of values of :data:`AHEAD_MIN` bytes or more
-    are compressed here, before the write queues for the store's writer
-    (:meth:`~deltalog.engine.codec.RecordCodec.compress_ahead`); the async
-    saver passes none, so that its event loop does not compress.
+) -> PreparedWrites:
+    """The write op of :meth:`~deltalog.engine.DeltaLogSaver.put_writes`, values serialized.
 
     Raises:
         ConfigError: Missing ``thread_id`` or ``checkpoint_id``.
@@ -204,20 +198,68 @@ def prepare_writes(
                 dumps(serde, value, f"write to {channel!r}"),
             )
         )
+    return PreparedWrites(thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, rows)
 
-    aheads: list[Ahead | None] | None = None
-    # The __start__ task's writes may become references to the input (format 7).
-    if codec is not None and INPUT_CHANNEL not in task_path:
-        aheads = [
+
+class PreparedWrites:
+    """The write op of :func:`prepare_writes`: call it with the write transaction.
+
+    :meth:`compress_ahead` compresses the records of large values before the
+    op queues for the store's writer, so that the other writes of its group
+    commit do not wait for their compression (codec.DENSE_LEVEL).
+    """
+
+    def __init__(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        task_id: str,
+        task_path: str,
+        rows: list[tuple[str, int, Typed]],
+    ) -> None:
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.checkpoint_id = checkpoint_id
+        self.task_id = task_id
+        self.task_path = task_path
+        self.rows = rows
+        self.aheads: list[Ahead | None] | None = None
+
+    @property
+    def wants_ahead(self) -> bool:
+        """True when a value is large enough for :meth:`compress_ahead` to do anything.
+
+        The ``__start__`` task's writes may become references to the input
+        (format 7), so they are compressed in the transaction.
+        """
+        return INPUT_CHANNEL not in self.task_path and any(
+            len(value[1]) >= AHEAD_MIN for _, _, value in self.rows
+        )
+
+    def compress_ahead(self, codec: RecordCodec) -> None:
+        """Compress the records of values of :data:`AHEAD_MIN` bytes or more now
+        (:meth:`~deltalog.engine.codec.RecordCodec.compress_ahead`)."""
+        if not self.wants_ahead:
+            return
+        self.aheads = [
             codec.compress_ahead(
-                ormsgpack.packb(write_record(value, task_path)), AHEAD_KEY_SIZE, AHEAD_PREFIX_SIZE
+                ormsgpack.packb(write_record(value, self.task_path)),
+                AHEAD_KEY_SIZE,
+                AHEAD_PREFIX_SIZE,
             )
             if len(value[1]) >= AHEAD_MIN
             else None
-            for _, _, value in rows
+            for _, _, value in self.rows
         ]
 
-    def op(w: WriteTxn) -> None:
-        w.put_writes(thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, rows, aheads)
-
-    return op
+    def __call__(self, w: WriteTxn) -> None:
+        w.put_writes(
+            self.thread_id,
+            self.checkpoint_ns,
+            self.checkpoint_id,
+            self.task_id,
+            self.task_path,
+            self.rows,
+            self.aheads,
+        )

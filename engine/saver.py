@@ -450,10 +450,9 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
             ConfigError: Missing ``thread_id`` or ``checkpoint_id``.
             InvalidInputError: A malformed write or unserializable value.
         """
-        self.env.write(
-            prepare_writes(self.serde, config, writes, task_id, task_path, self.env.codec),
-            history_safe=True,
-        )
+        op = prepare_writes(self.serde, config, writes, task_id, task_path)
+        op.compress_ahead(self.env.codec)
+        self.env.write(op, history_safe=True)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, write and blob of a thread, in one transaction.
@@ -792,10 +791,12 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """Async :meth:`put_writes`: serializes now, commits off the event loop."""
-        await self._in_writer(
-            prepare_writes(self.serde, config, writes, task_id, task_path), history_safe=True
-        )
+        """Async :meth:`put_writes`: serializes now, compresses large values and
+        commits off the event loop."""
+        op = prepare_writes(self.serde, config, writes, task_id, task_path)
+        if op.wants_ahead:
+            await asyncio.to_thread(op.compress_ahead, self.env.codec)
+        await self._in_writer(op, history_safe=True)
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Async :meth:`delete_thread`."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import lmdb
 import pytest
@@ -208,7 +209,7 @@ def test_a_body_written_with_its_ahead_is_still_sampled_for_the_dictionary() -> 
 @pytest.mark.parametrize("use_async", [False, True])
 def test_a_long_message_write_is_stored_in_a_leaf_page(use_async: bool, tmp_path: Path) -> None:
     """Through the saver: put_writes compresses the record before its transaction,
-    aput_writes inside it (its event loop does not compress); both fit the leaf."""
+    aput_writes too, in a worker thread; both fit the leaf."""
     import asyncio
 
     from langchain_core.messages import AIMessage
@@ -235,5 +236,62 @@ def test_a_long_message_write_is_stored_in_a_leaf_page(use_async: bool, tmp_path
         assert len(value) <= leaf_max(len(key), 4096)
         tup = saver.get_tuple(config)
         assert tup is None  # writes without their checkpoint: nothing to read yet
+    finally:
+        saver.close()
+
+
+def test_prepared_writes_compress_only_large_values_of_tasks_that_are_not_the_input() -> None:
+    from deltalog.engine.prepare import prepare_writes
+    from langchain_core.messages import AIMessage
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    serde = JsonPlusSerializer()
+    config: RunnableConfig = {
+        "configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "1"}
+    }
+    large = AIMessage(content=_prose(7500).decode(), id="a1")
+    writes = [("messages", large), ("branch:to:model", None)]
+    op = prepare_writes(serde, config, writes, "task-1", "model")
+    assert op.wants_ahead and op.aheads is None
+    codec = RecordCodec()
+    op.compress_ahead(codec)
+    assert op.aheads is not None
+    first, second = op.aheads
+    assert first is not None and first.dense is not None and second is None
+    start = prepare_writes(serde, config, writes, "task-2", "~__pregel_pull, __start__")
+    start.compress_ahead(codec)
+    assert not start.wants_ahead and start.aheads is None  # may become input references
+    small = prepare_writes(serde, config, [("messages", None)], "task-3", "model")
+    assert not small.wants_ahead
+
+
+def test_aput_writes_compresses_a_large_value_off_the_event_loop(tmp_path: Path) -> None:
+    import asyncio
+    import threading
+
+    from langchain_core.messages import AIMessage
+
+    saver = DeltaLogSaver.from_path(tmp_path / "s.lmdb")
+    codec = saver.env.codec
+    threads: list[threading.Thread] = []
+    compress_ahead = codec.compress_ahead
+
+    def recording(body: bytes, key_size: int, prefix_size: int) -> Any:
+        threads.append(threading.current_thread())
+        return compress_ahead(body, key_size, prefix_size)
+
+    codec.compress_ahead = recording  # type: ignore[method-assign]
+    config: RunnableConfig = {
+        "configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "1"}
+    }
+
+    async def write() -> threading.Thread:
+        message = AIMessage(content=_prose(7500).decode(), id="a1")
+        await saver.aput_writes(config, [("messages", message)], "task-1", "model")
+        return threading.current_thread()
+
+    try:
+        loop_thread = asyncio.run(write())
+        assert len(threads) == 1 and threads[0] is not loop_thread
     finally:
         saver.close()
