@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+import ormsgpack
 from deltalog.engine import keys
 from deltalog.engine.blobs import BlobWrites
 from deltalog.engine.codec import Ahead
@@ -338,14 +339,12 @@ class CheckpointWrites(BlobWrites, ReadTxn):
                 record = input_ref(value, task_path, source_id, source)
             ahead = aheads[i] if aheads is not None and record is None else None
             if ahead is not None:
-                # Its body is write_record(value, task_path), packed.
-                raw = cbytes + self.codec.encode_body(
-                    ahead.body, prefix=cbytes, key=key, ahead=ahead
-                )
+                body = ahead.body  # write_record(value, task_path), packed
             else:
-                if record is None:
-                    record = write_record(value, task_path)
-                raw = cbytes + self.codec.encode(record, prefix=cbytes, key=key)
+                body = ormsgpack.packb(
+                    record if record is not None else write_record(value, task_path)
+                )
+            raw = cbytes + self.codec.encode_body(body, prefix=cbytes, key=key, ahead=ahead)
             if idx >= 0:
                 # A new write under a checkpoint that a delta blob's write range
                 # covers would change that blob's dictionary: rebase it first.
