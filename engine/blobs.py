@@ -1,7 +1,8 @@
 """Channel values: blob records and delta blobs (put, resolve, rebase), and inline values.
 
 A value of at least :data:`DELTA_MIN` bytes is stored as a zstd delta of an
-earlier version of its channel (skip deltas keep chains near log2(versions));
+earlier version of its channel (skip deltas keep chains near log2(versions),
+plus a link per ~2 MiB of growth on very long threads);
 a delta may also take the channel's recent writes as its dictionary.
 """
 
@@ -43,8 +44,8 @@ if TYPE_CHECKING:
 # Blob values at least this large are stored as deltas of the channel's previous
 # version (smaller ones gain little and would lengthen chains for nothing).
 DELTA_MIN: Final = 4096
-# Skip deltas keep chains near log2(versions); a chain longer than this is
-# damage (a loop), not data.
+# Skip deltas keep chains near log2(versions), plus at most ~LINK_SHARE split
+# links (link_span); a chain longer than this is damage (a loop), not data.
 MAX_LINKS: Final = 64
 # A delta blob's dictionary takes the channel's recent writes when the value
 # grew by at least this much since its base, collecting about twice the growth
@@ -52,6 +53,46 @@ MAX_LINKS: Final = 64
 WRITE_DICT_MIN: Final = 256
 WRITE_DICT_MAX: Final = 16 * 1024**2
 WRITE_SCAN_MAX: Final = 20_000
+# A skip-delta link whose value grew by more than this since its base is split
+# (a base fewer versions back; see link_span): zstd level 11 finds the new
+# messages among ~2 MB of writes, not among 4. The sf=100 chat's 192nd
+# snapshot (11.7 MB) cost 1.5 KB over the previous one, 14.8 KB over 16
+# versions back (1.0 MB of writes), 37 KB over 32 (2.0 MB), 51 KB over 40
+# (2.5 MB) and 269 KB over 64 (3.9 MB, its skip-delta base). Links of more
+# than a 32nd of the value are allowed, so a chain stays under ~32 links plus
+# log2(versions) (MAX_LINKS is 64) however large the value grows.
+LINK_GROWTH: Final = 2 * 1024**2
+LINK_SHARE: Final = 32
+
+
+def link_span(size: int, base_size: int, distance: int) -> int | None:
+    """How many versions back a new delta blob's base may be, when its skip-delta
+    base is too far; None when that base will do.
+
+    Args:
+        size: The new value's payload bytes.
+        base_size: The skip-delta base's payload bytes.
+        distance: How many indices back that base is.
+
+    Returns:
+        The largest power of two of versions that, at the average growth per
+        version since the base, stays within ``LINK_GROWTH`` (or a
+        ``LINK_SHARE``-th of ``size`` when that is more); at least 1. None when
+        the growth is within that already, or the base is one version back.
+
+    >>> link_span(11_700_000, 7_800_000, 64)  # 3.9 MB over 64 versions: 32 back
+    32
+    >>> link_span(11_700_000, 9_800_000, 32) is None  # 1.9 MB: the base will do
+    True
+    """
+    reach = max(LINK_GROWTH, size // LINK_SHARE)
+    growth = size - base_size
+    if distance <= 1 or growth <= reach:
+        return None
+    span = 1
+    while 2 * span < distance and 2 * span * growth <= reach * distance:
+        span *= 2
+    return span
 
 
 def _sort_key(row: WriteRow) -> tuple[str, str, int]:
@@ -393,7 +434,9 @@ class BlobWrites(WriteBase, BlobReads):
         version costs about the content added since its base, so neither
         reads nor per-version bytes grow with the thread the way periodic
         full "keyframes" do (with a keyframe every 8 links, a 3,334-turn chat
-        stored 34 MB; see docs/benchmarks.md).
+        stored 34 MB; see docs/benchmarks.md). A link whose value grew by more
+        than ``LINK_GROWTH`` since that base takes a nearer one
+        (:func:`link_span`).
 
         With ``before`` (the encoded id of the checkpoint the value belongs
         to), the delta's dictionary also holds the channel's latest writes
@@ -416,10 +459,17 @@ class BlobWrites(WriteBase, BlobReads):
             if cur.set_key(key):
                 return
             base_payload, base_ref, seq = b"", b"", 0
-            base = self._skip_delta_base(cur, key, keys.blob_prefix(t, n, c))
+            prefix = keys.blob_prefix(t, n, c)
+            base = self._skip_delta_base(cur, key, prefix)
+            base_typed: Typed | None = None
             if base is not None:
-                base_key, base_raw, base_seq = base
-                base_typed = self.blob_typed(base_key, base_raw)
+                base_typed = self.blob_typed(base[0], base[1])
+                span = link_span(len(typed[1]), len(base_typed[1]), base[2] - base[3])
+                if span is not None:
+                    base = self._skip_delta_base(cur, key, prefix, span)
+                    base_typed = None if base is None else self.blob_typed(base[0], base[1])
+            if base is not None and base_typed is not None:
+                base_key, _, base_seq, _ = base
                 if base_typed[0] == typed[0] and len(base_typed[1]) >= DELTA_MIN // 4:
                     base_payload = base_typed[1]
                     base_ref, seq = keys.blob_version_bytes(base_key), base_seq
@@ -545,17 +595,20 @@ class BlobWrites(WriteBase, BlobReads):
         return len(rewrite)
 
     def _skip_delta_base(
-        self, cur: Any, key: bytes, prefix: bytes
-    ) -> tuple[bytes, bytes, int] | None:
-        """(base key, base record, new version's index) for a new blob at ``key``: the
-        channel's stored versions, newest first, given to :func:`~deltalog.engine.core.skip_base`."""
+        self, cur: Any, key: bytes, prefix: bytes, span: int | None = None
+    ) -> tuple[bytes, bytes, int, int] | None:
+        """(base key, base record, new version's index, base's index) for a new blob
+        at ``key``: the channel's stored versions, newest first, given to
+        :func:`~deltalog.engine.core.skip_base` (with its ``span``)."""
+        last = [0]
 
         def newest_first() -> Iterator[int]:  # leaves the cursor on the last index given
             ok = cur.prev() if cur.set_range(key) else cur.last()
             while ok and cur.key().startswith(prefix):
                 info = self.codec.delta_info(cur.value(), f"blobs/{cur.key().hex()}", key=cur.key())
-                yield 0 if info is None else info[1]
+                last[0] = 0 if info is None else info[1]
+                yield last[0]
                 ok = cur.prev()
 
-        found = skip_base(newest_first())
-        return None if found is None else (cur.key(), cur.value(), found[1])
+        found = skip_base(newest_first(), span)
+        return None if found is None else (cur.key(), cur.value(), found[1], last[0])

@@ -102,17 +102,21 @@ class DeltaWalk:
         return out
 
 
-def skip_base(indices: Iterable[int]) -> tuple[int, int] | None:
+def skip_base(indices: Iterable[int], span: int | None = None) -> tuple[int, int] | None:
     """Where a new delta blob's base is, among a channel's stored versions (skip deltas).
 
     A version's index counts stored versions since the last full record
     (index 0). The new version gets the newest index plus one, and its base is
     the nearest earlier version whose index is at most that index with its
     lowest set bit cleared: chains stay near log2(versions) links long.
+    With ``span``, the base is at most ``span`` indices back: the store splits
+    a link whose value grew too much for zstd (``blobs.link_span``).
 
     Args:
         indices: The indices of the channel's stored versions, newest first.
             Consumed lazily: it is read only as far as the base.
+        span: At most how many indices back the base may be (1 or more);
+            None for the skip-delta base itself.
 
     Returns:
         (how many versions back the base is, 0 being the newest; the new
@@ -123,6 +127,10 @@ def skip_base(indices: Iterable[int]) -> tuple[int, int] | None:
     (3, 4)
     >>> skip_base([0])
     (0, 1)
+    >>> skip_base(range(191, -1, -1))  # new index 192: base index 128
+    (63, 192)
+    >>> skip_base(range(191, -1, -1), span=32)  # at most 32 back: index 160
+    (31, 192)
     """
     it = iter(indices)
     index = next(it, None)
@@ -130,6 +138,10 @@ def skip_base(indices: Iterable[int]) -> tuple[int, int] | None:
         return None
     seq = index + 1
     target = seq & (seq - 1)
+    if span is not None:
+        if span < 1:
+            raise ValueError(f"skip_base: span={span!r}; pass 1 or more, or None")
+        target = max(target, seq - span)
     steps = 0
     while index > target:
         index = next(it, None)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
+import pytest
+from deltalog.engine.blobs import link_span
 from deltalog.engine.core import (
     DeltaWalk,
     Node,
@@ -47,12 +49,12 @@ def test_adopting_a_known_history_puts_its_writes_first() -> None:
     assert walk.result() == {"a": (seed(b"S"), [w("a", b"old1"), w("a", b"old2"), w("a", b"new")])}
 
 
-def chain_links(n: int) -> list[int]:
+def chain_links(n: int, span: int | None = None) -> list[int]:
     """Links a read of each of n versions resolves, choosing bases with skip_base."""
     indices: list[int] = []
     base_of: list[int | None] = []
     for _ in range(n):
-        found = skip_base(reversed(indices))
+        found = skip_base(reversed(indices), span)
         if found is None:
             indices.append(0)
             base_of.append(None)
@@ -75,6 +77,32 @@ def test_skip_deltas_keep_every_chain_near_log2_of_the_versions() -> None:
     assert links[0] == 0 and links[1] == 1
     assert max(links) <= math.log2(1000) + 1
     assert max(links) >= math.log2(1000) - 1  # a delta chain, not full records
+
+
+def test_a_span_bounds_every_link_and_keeps_chains_short() -> None:
+    """With a span (the store's split of a link that grew too much), no base is
+    more than span versions back, and a chain is ~versions/span + log2(span) links."""
+    assert skip_base(range(191, -1, -1), span=32) == (31, 192)  # index 160, not 128
+    assert skip_base(range(199, -1, -1), span=32) == (7, 200)  # index 192: near already
+    assert skip_base(range(191, -1, -1), span=1) == (0, 192)
+    links = chain_links(1000, span=32)
+    assert max(links) <= 1000 // 32 + math.log2(32) + 1
+    assert links[192] == 1 + links[160]
+    with pytest.raises(ValueError, match="span=0"):
+        skip_base([3, 2, 1, 0], span=0)
+
+
+def test_link_span_splits_only_links_that_grew_too_much() -> None:
+    """The span is the largest power of two of versions within LINK_GROWTH at the
+    link's average growth a version; a 32nd of the value when that is more."""
+    mib = 1024**2
+    assert link_span(12 * mib, 8 * mib, 64) == 32  # 4 MiB over 64 versions
+    assert link_span(12 * mib, 10 * mib, 32) is None  # 2 MiB: within
+    assert link_span(12 * mib, 4 * mib, 64) == 16  # 8 MiB over 64
+    assert link_span(12 * mib, 0, 2) == 1
+    assert link_span(12 * mib, 0, 1) is None  # one back: nothing nearer
+    assert link_span(640 * mib, 620 * mib, 64) is None  # 20 MiB: a 32nd of 640
+    assert link_span(640 * mib, 600 * mib, 64) == 32  # 40 MiB over 64
 
 
 def test_skip_base_reads_only_as_far_as_the_base() -> None:

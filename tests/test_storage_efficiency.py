@@ -55,6 +55,56 @@ def test_growing_values_are_stored_as_skip_deltas(make_saver: Callable[..., Delt
     assert max(chain_length(saver, key, raw) for key, raw in large) <= bound
 
 
+def delta_links(saver: DeltaLogSaver) -> list[tuple[int, int, int]]:
+    """(versions back, payload growth, payload size) of every delta blob over a base."""
+    from deltalog.engine import keys
+
+    codec, found = saver.env.codec, []
+    with saver.env.read() as r:
+        for key, raw in saver.env.iter_db("blobs"):
+            info = codec.delta_info(raw, "test", key=key)
+            if info is None or not info[0]:
+                continue
+            base_key = keys.blob_base_key(key, info[0])
+            base_raw = r.txn.get(base_key, db=saver.env.db("blobs"))
+            assert base_raw is not None
+            base_info = codec.delta_info(base_raw, "test", key=base_key)
+            size, base_size = (
+                len(r.blob_typed(key, raw)[1]),
+                len(r.blob_typed(base_key, base_raw)[1]),
+            )
+            found.append(
+                (info[1] - (0 if base_info is None else base_info[1]), size - base_size, size)
+            )
+    return found
+
+
+def test_a_link_that_grew_too_much_takes_a_nearer_base(
+    make_saver: Callable[..., DeltaLogSaver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A skip-delta link over more than LINK_GROWTH bytes of growth is split (zstd
+    misses new messages among ~4 MB of writes): with the limit lowered to a few
+    turns' growth, every link over more than one version stays within it, the
+    far bases are nearer than skip deltas put them, and the states are the same."""
+    from deltalog.engine import blobs
+
+    limit = 6 * 1024
+    monkeypatch.setattr(blobs, "LINK_GROWTH", limit)
+    monkeypatch.setattr(blobs, "LINK_SHARE", 10**9)
+    saver = make_saver()
+    graph = run(saver, 40, None)
+    links = delta_links(saver)
+    assert len(links) >= 60
+    assert all(back == 1 or growth <= limit for back, growth, _ in links), links
+    assert max(back for back, _, _ in links) < 16  # skip deltas alone reach 32 and 64
+    expected = run(InMemorySaver(), 40, None)
+    assert history(graph, cfg("t")) == history(expected, cfg("t"))
+    monkeypatch.undo()  # the real limit: these values are far below it
+    plain = make_saver()
+    run(plain, 40, None)
+    assert max(back for back, _, _ in delta_links(plain)) >= 32
+
+
 @pytest.mark.parametrize("messages", [300, 2500])
 def test_a_list_grown_by_one_message_costs_about_that_message(messages: int) -> None:
     """A delta of a growing message list over its previous version (no writes in the
