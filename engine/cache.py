@@ -44,6 +44,7 @@ import io
 import pickle
 import re
 import sys
+import sysconfig
 import threading
 import weakref
 from collections import OrderedDict
@@ -66,6 +67,16 @@ __all__ = [
 ]
 
 
+#: A pause that allocated at least this many GC-tracked objects (gc.get_count()
+#: of the youngest generation) moves them to the oldest one as it ends.
+PROMOTE_MIN: Final = 20_000
+# gc.freeze()/unfreeze() move the generations' lists in O(1) on CPython with
+# the GIL; a free-threaded build visits every object instead.
+_CAN_PROMOTE: Final = sys.implementation.name == "cpython" and not sysconfig.get_config_var(
+    "Py_GIL_DISABLED"
+)
+
+
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
     """Pause the cyclic GC while building many objects that hold no garbage cycles.
@@ -75,6 +86,16 @@ def gc_paused() -> Iterator[None]:
     1,000-turn ``get_state_history(limit=20)`` here that was ~20 ms of every
     ~28 ms copy. Nothing is lost by collecting after; an application that
     turned GC off keeps it off, and nested pauses leave it to the outermost.
+
+    A pause that built :data:`PROMOTE_MIN` tracked objects or more ends with
+    ``gc.freeze(); gc.unfreeze()``, which moves every generation into the
+    oldest one in O(1): the young collection that would follow traverses the
+    whole batch (58 ms of a 150 ms ``get_state`` of a 20,000-message thread)
+    to find no garbage, since the copies hold no cycles. Other young objects
+    move along; a garbage cycle among them waits for the next full
+    collection. Skipped when the application froze objects itself (a
+    pre-fork server's ``gc.freeze()`` stays as it was) and on builds without
+    the GIL, whose ``gc.freeze()`` visits every object.
     """
     if not gc.isenabled():
         yield
@@ -83,6 +104,11 @@ def gc_paused() -> Iterator[None]:
     try:
         yield
     finally:
+        if gc.get_count()[0] >= PROMOTE_MIN and _CAN_PROMOTE and not gc.get_freeze_count():
+            # Hand what was built to the oldest generation at once (two list
+            # splices) instead of a young collection that traverses all of it.
+            gc.freeze()
+            gc.unfreeze()
         gc.enable()
 
 
