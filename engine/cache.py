@@ -42,7 +42,6 @@ import contextlib
 import gc
 import io
 import pickle
-import re
 import sys
 import sysconfig
 import threading
@@ -206,41 +205,8 @@ class _SharingUnpickler(pickle.Unpickler):
         return self._strings[int(pid)]
 
 
-# A candidate BINUNICODE opcode of a pickle (protocol 5): "X", then a string's
-# UTF-8 length as 4 bytes little-endian, here 1,024 or more.
-_BINUNICODE_LONG: Final = re.compile(rb"X(?=.[\x04-\xff]|..[\x01-\xff]|...[\x01-\xff])", re.DOTALL)
-
-
-def _may_hold_long_str(data: bytes) -> bool:
-    """Whether the pickle ``data`` may hold a string of ``SHARED_STR_MIN``
-    characters or more (never False when it does; True is sometimes wrong).
-
-    Such a string is a BINUNICODE of at least as many bytes (BINUNICODE8 only
-    from 4 GiB). An "X" inside other data is read as one only if the length
-    after it fits in the rest of the pickle: text bytes make that length
-    512 MiB or more.
-    """
-    if len(data) >= 2**32:
-        return True
-    end = len(data)
-    for match in _BINUNICODE_LONG.finditer(data):
-        at = match.end()
-        if int.from_bytes(data[at : at + 4], "little") <= end - at - 4:
-            return True
-    return False
-
-
 def _dumps(value: Any) -> bytes | Pickled:
-    """``value`` pickled, its long strings kept aside (a plain pickle when it has none).
-
-    The plain pickle comes first, and the sharing pickler, which calls back
-    into Python for every object, runs only when that one may hold a long
-    string: a 20,000-message seed of short messages took 142 ms instead of
-    167, two messages 12 us instead of 16 (medians of 7, alternating).
-    """
-    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    if not _may_hold_long_str(data):
-        return data
+    """``value`` pickled, its long strings kept aside (a plain pickle when it has none)."""
     buffer = io.BytesIO()
     strings: list[str] = []
     _SharingPickler(buffer, strings).dump(value)

@@ -4,20 +4,10 @@ safe, and not copying it is most of a large-message seed's copy time."""
 
 from __future__ import annotations
 
-import pickle
 import sys
 from typing import Any
 
-import pytest
-from deltalog.engine.cache import (
-    SHARED_STR_MIN,
-    DecodedCache,
-    HistoryCopies,
-    Pickled,
-    _dumps,
-    _loads,
-    _may_hold_long_str,
-)
+from deltalog.engine.cache import SHARED_STR_MIN, DecodedCache, HistoryCopies
 from langchain_core.messages import AIMessage, HumanMessage
 
 LONG = "x" * SHARED_STR_MIN
@@ -82,30 +72,3 @@ def test_history_chunks_share_long_strings_and_give_fresh_lists() -> None:
     assert again == out == [*_messages(), AIMessage(content=LONG + "c", id="a2")]
     assert again[2].content is out[2].content
     assert again[1] is not out[1]
-
-
-@pytest.mark.parametrize(
-    "text", ["x" * 1024, "x" * 65_536, "x" * 2**24, "é" * 1024, "\U0001f600" * 2000]
-)
-def test_every_long_string_is_found_in_the_plain_pickle(text: str) -> None:
-    """The plain pickle goes first; a string of SHARED_STR_MIN characters or more
-    in it (any length encoding: BINUNICODE of 1 KiB, 64 KiB, 16 MiB; multi-byte
-    UTF-8) sends the value through the sharing pickler."""
-    assert len(text) >= SHARED_STR_MIN
-    value = [HumanMessage(content=text, id="h1")]
-    assert _may_hold_long_str(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
-    pickled = _dumps(value)
-    assert isinstance(pickled, Pickled) and pickled.strings == (text,)
-    assert _loads(pickled)[0].content is text
-
-
-@pytest.mark.parametrize("text", [SHORT, "X" * (SHARED_STR_MIN - 1), "é" * 600, "X-ray " * 100])
-def test_short_strings_stay_a_plain_pickle(text: str) -> None:
-    """No string of SHARED_STR_MIN characters: a plain pickle, whatever "X" bytes
-    (BINUNICODE's opcode) the text holds or how many UTF-8 bytes it takes."""
-    value = [AIMessage(content=text, id="a1"), {"k": text}]
-    pickled = _dumps(value)
-    assert isinstance(pickled, bytes)
-    assert _loads(pickled) == value
-    if text.isascii():  # "é" * 600 is 1,200 bytes: a candidate, checked by the pickler
-        assert not _may_hold_long_str(pickled)
