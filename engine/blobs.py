@@ -44,8 +44,8 @@ if TYPE_CHECKING:
 # Blob values at least this large are stored as deltas of the channel's previous
 # version (smaller ones gain little and would lengthen chains for nothing).
 DELTA_MIN: Final = 4096
-# Skip deltas keep chains near log2(versions), plus at most ~LINK_SHARE split
-# links (link_span); a chain longer than this is damage (a loop), not data.
+# Skip deltas keep chains near log2(versions), plus at most ~32 split links
+# (link_span); a chain longer than this is damage (a loop), not data.
 MAX_LINKS: Final = 64
 # A delta blob's dictionary takes the channel's recent writes when the value
 # grew by at least this much since its base, collecting about twice the growth
@@ -58,11 +58,13 @@ WRITE_SCAN_MAX: Final = 20_000
 # messages among ~2 MB of writes, not among 4. The sf=100 chat's 192nd
 # snapshot (11.7 MB) cost 1.5 KB over the previous one, 14.8 KB over 16
 # versions back (1.0 MB of writes), 37 KB over 32 (2.0 MB), 51 KB over 40
-# (2.5 MB) and 269 KB over 64 (3.9 MB, its skip-delta base). Links of more
-# than a 32nd of the value are allowed, so a chain stays under ~32 links plus
-# log2(versions) (MAX_LINKS is 64) however large the value grows.
+# (2.5 MB) and 269 KB over 64 (3.9 MB, its skip-delta base). A split link
+# covers at least ~1 MiB of growth, so values up to SPLIT_MAX add at most ~32
+# links to a chain; larger ones keep their skip-delta base, so no chain passes
+# MAX_LINKS (the longest in a simulation of 5 KB to 12 MB of growth a version,
+# up to 3,000 versions or 512 MiB: 37 links).
 LINK_GROWTH: Final = 2 * 1024**2
-LINK_SHARE: Final = 32
+SPLIT_MAX: Final = 32 * 1024**2
 
 
 def link_span(size: int, base_size: int, distance: int) -> int | None:
@@ -76,21 +78,20 @@ def link_span(size: int, base_size: int, distance: int) -> int | None:
 
     Returns:
         The largest power of two of versions that, at the average growth per
-        version since the base, stays within ``LINK_GROWTH`` (or a
-        ``LINK_SHARE``-th of ``size`` when that is more); at least 1. None when
-        the growth is within that already, or the base is one version back.
+        version since the base, stays within ``LINK_GROWTH``; at least 1. None
+        when the growth is within that already, the base is one version back,
+        or the value is larger than ``SPLIT_MAX``.
 
     >>> link_span(11_700_000, 7_800_000, 64)  # 3.9 MB over 64 versions: 32 back
     32
     >>> link_span(11_700_000, 9_800_000, 32) is None  # 1.9 MB: the base will do
     True
     """
-    reach = max(LINK_GROWTH, size // LINK_SHARE)
     growth = size - base_size
-    if distance <= 1 or growth <= reach:
+    if distance <= 1 or growth <= LINK_GROWTH or size > SPLIT_MAX:
         return None
     span = 1
-    while 2 * span < distance and 2 * span * growth <= reach * distance:
+    while 2 * span < distance and 2 * span * growth <= LINK_GROWTH * distance:
         span *= 2
     return span
 

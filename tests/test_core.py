@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterator
 
 import pytest
-from deltalog.engine.blobs import link_span
+from deltalog.engine.blobs import MAX_LINKS, SPLIT_MAX, link_span
 from deltalog.engine.core import (
     DeltaWalk,
     Node,
@@ -94,15 +94,57 @@ def test_a_span_bounds_every_link_and_keeps_chains_short() -> None:
 
 def test_link_span_splits_only_links_that_grew_too_much() -> None:
     """The span is the largest power of two of versions within LINK_GROWTH at the
-    link's average growth a version; a 32nd of the value when that is more."""
+    link's average growth a version; values above SPLIT_MAX are never split."""
     mib = 1024**2
     assert link_span(12 * mib, 8 * mib, 64) == 32  # 4 MiB over 64 versions
     assert link_span(12 * mib, 10 * mib, 32) is None  # 2 MiB: within
     assert link_span(12 * mib, 4 * mib, 64) == 16  # 8 MiB over 64
     assert link_span(12 * mib, 0, 2) == 1
     assert link_span(12 * mib, 0, 1) is None  # one back: nothing nearer
-    assert link_span(640 * mib, 620 * mib, 64) is None  # 20 MiB: a 32nd of 640
-    assert link_span(640 * mib, 600 * mib, 64) == 32  # 40 MiB over 64
+    assert link_span(SPLIT_MAX, SPLIT_MAX - 4 * mib, 64) == 32
+    assert link_span(SPLIT_MAX + 1, SPLIT_MAX - 4 * mib, 64) is None
+
+
+def split_chain_max(growth: int, versions: int) -> int:
+    """The longest chain when every version grows by ``growth`` bytes and bases are
+    chosen as the store does (skip_base, then link_span's split)."""
+    indices: list[int] = []
+    sizes: list[int] = []
+    base_of: list[int | None] = []
+    for v in range(versions):
+        size = (v + 1) * growth
+        found = skip_base(reversed(indices))
+        if found is not None:
+            b = len(indices) - 1 - found[0]
+            span = link_span(size, sizes[b], found[1] - indices[b])
+            if span is not None:
+                found = skip_base(reversed(indices), span)
+        if found is None:
+            indices.append(0)
+            base_of.append(None)
+        else:
+            base_of.append(len(indices) - 1 - found[0])
+            indices.append(found[1])
+        sizes.append(size)
+    longest = 0
+    for v in range(versions):
+        links, at = 0, base_of[v]
+        while at is not None:
+            links, at = links + 1, base_of[at]
+        longest = max(longest, links)
+    return longest
+
+
+@pytest.mark.parametrize("growth", [20_000, 66_000, 1_100_000, 3_000_000])
+def test_split_links_keep_chains_well_within_max_links(growth: int) -> None:
+    """Split links cover ~1 MiB or more each and stop above SPLIT_MAX, so a chain
+    stays far below MAX_LINKS (a reader's loop guard) however large the value
+    grows: here up to 2,000 versions or 256 MiB."""
+    versions = min(2000, 256 * 1024**2 // growth)
+    longest = split_chain_max(growth, versions)
+    assert longest <= MAX_LINKS - 16, longest
+    if growth == 66_000:
+        assert longest > 2 * math.log2(versions)  # links were split (skip deltas alone: ~11)
 
 
 def test_skip_base_reads_only_as_far_as_the_base() -> None:

@@ -90,7 +90,6 @@ def test_a_link_that_grew_too_much_takes_a_nearer_base(
 
     limit = 6 * 1024
     monkeypatch.setattr(blobs, "LINK_GROWTH", limit)
-    monkeypatch.setattr(blobs, "LINK_SHARE", 10**9)
     saver = make_saver()
     graph = run(saver, 40, None)
     links = delta_links(saver)
