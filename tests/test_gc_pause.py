@@ -5,12 +5,19 @@ traverse all of it (a 20,000-message seed: 58 ms of each ~150 ms get_state)."""
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from deltalog.engine import cache
-from deltalog.engine.cache import PROMOTE_MIN, gc_paused
+from deltalog.engine.cache import (
+    PROMOTE_MIN,
+    PROMOTE_OWN,
+    PROMOTE_PICKLE,
+    DecodedCache,
+    gc_paused,
+)
 
 pytestmark = pytest.mark.skipif(not cache._CAN_PROMOTE, reason="CPython with the GIL only")
 
@@ -91,3 +98,74 @@ def test_an_application_that_turned_gc_off_keeps_it_off() -> None:
         assert len(kept) == PROMOTE_MIN
     finally:
         gc.enable()
+
+
+class Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_large_pause_collects_what_others_made_before_promoting(
+    collections: list[int],
+) -> None:
+    """gc_paused(large=True) runs a young collection first: a garbage cycle that
+    other code left in the young generations is freed, not moved to the oldest
+    unexamined; then the batch (PROMOTE_OWN objects or more) is promoted."""
+    garbage = weakref.ref(Cycle())
+    assert garbage() is not None  # a cycle: only the cyclic GC frees it
+    with gc_paused(large=True):
+        kept = build(PROMOTE_OWN)
+    assert garbage() is None
+    assert collections == [1]
+    assert gc.get_count()[0] < 100
+    assert len(kept) == PROMOTE_OWN
+
+
+def test_a_large_pause_inside_another_promotes_its_batch() -> None:
+    with gc_paused():
+        with gc_paused(large=True):
+            kept = build(PROMOTE_OWN)
+        assert gc.get_count()[0] < 100
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    assert len(kept) == PROMOTE_OWN
+
+
+def test_a_large_pause_leaves_an_application_s_gc_off_alone(collections: list[int]) -> None:
+    """No collection and no promotion when the application turned the GC off."""
+    garbage = weakref.ref(Cycle())
+    gc.disable()
+    try:
+        with gc_paused(large=True):
+            kept = build(PROMOTE_OWN)
+        assert not gc.isenabled()
+        assert collections == []
+        assert garbage() is not None
+        assert gc.get_count()[0] >= PROMOTE_OWN
+    finally:
+        gc.enable()
+    assert len(kept) == PROMOTE_OWN
+
+
+def test_large_cached_pickles_are_unpickled_in_a_large_pause() -> None:
+    """DecodedCache copies of PROMOTE_PICKLE bytes or more go through
+    gc_paused(large=True): no young collection traverses the copy afterwards."""
+    value = [{"k": [i, f"{i:040d}"]} for i in range(PROMOTE_PICKLE // 32)]
+    cache = DecodedCache(min_record=0)
+    cache.load(b"seed", lambda _: value, reused=True)
+    traversed: list[int] = []
+
+    def callback(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and info["generation"] < 2:
+            young = range(info["generation"] + 1)
+            traversed.append(sum(len(gc.get_objects(generation=g)) for g in young))
+
+    gc.collect()  # the young generations now hold nothing of the test's own
+    gc.callbacks.append(callback)
+    try:
+        copy = cache.load(b"seed", lambda _: [])
+        build(1000)  # enough allocations for a young collection to run
+    finally:
+        gc.callbacks.remove(callback)
+    assert copy == value
+    assert traversed and max(traversed) < len(value), traversed
