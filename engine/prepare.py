@@ -12,6 +12,7 @@ checkpoint record itself instead of a blob.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import ormsgpack
@@ -201,30 +202,23 @@ def prepare_writes(
     return PreparedWrites(thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, rows)
 
 
+@dataclass(eq=False)
 class PreparedWrites:
     """The write op of :func:`prepare_writes`: call it with the write transaction.
 
+    The arguments of :meth:`~deltalog.engine.checkpoint_writes.CheckpointWrites.put_writes`.
     :meth:`compress_ahead` compresses the records of large values before the
     op queues for the store's writer, so that the other writes of its group
     commit do not wait for their compression (codec.DENSE_LEVEL).
     """
 
-    def __init__(
-        self,
-        thread_id: str,
-        checkpoint_ns: str,
-        checkpoint_id: str,
-        task_id: str,
-        task_path: str,
-        rows: list[tuple[str, int, Typed]],
-    ) -> None:
-        self.thread_id = thread_id
-        self.checkpoint_ns = checkpoint_ns
-        self.checkpoint_id = checkpoint_id
-        self.task_id = task_id
-        self.task_path = task_path
-        self.rows = rows
-        self.aheads: list[Ahead | None] | None = None
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    task_id: str
+    task_path: str
+    rows: list[tuple[str, int, Typed]]
+    aheads: list[Ahead | None] | None = None
 
     @property
     def wants_ahead(self) -> bool:
