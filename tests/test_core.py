@@ -49,12 +49,19 @@ def test_adopting_a_known_history_puts_its_writes_first() -> None:
     assert walk.result() == {"a": (seed(b"S"), [w("a", b"old1"), w("a", b"old2"), w("a", b"new")])}
 
 
-def chain_links(n: int, span: int | None = None) -> list[int]:
-    """Links a read of each of n versions resolves, choosing bases with skip_base."""
+def chain_links(n: int, span: int | None = None, growth: int | None = None) -> list[int]:
+    """Links a read of each of n versions resolves, choosing bases with skip_base
+    (with ``span``); with ``growth``, as the store does when every version grows
+    by that many bytes (skip_base, then link_span's split)."""
     indices: list[int] = []
     base_of: list[int | None] = []
-    for _ in range(n):
+    for v in range(n):
         found = skip_base(reversed(indices), span)
+        if found is not None and growth is not None:
+            base = len(indices) - 1 - found[0]
+            split = link_span((v + 1) * growth, (base + 1) * growth, found[1] - indices[base])
+            if split is not None:
+                found = skip_base(reversed(indices), split)
         if found is None:
             indices.append(0)
             base_of.append(None)
@@ -105,43 +112,13 @@ def test_link_span_splits_only_links_that_grew_too_much() -> None:
     assert link_span(SPLIT_MAX + 1, SPLIT_MAX - 4 * mib, 64) is None
 
 
-def split_chain_max(growth: int, versions: int) -> int:
-    """The longest chain when every version grows by ``growth`` bytes and bases are
-    chosen as the store does (skip_base, then link_span's split)."""
-    indices: list[int] = []
-    sizes: list[int] = []
-    base_of: list[int | None] = []
-    for v in range(versions):
-        size = (v + 1) * growth
-        found = skip_base(reversed(indices))
-        if found is not None:
-            b = len(indices) - 1 - found[0]
-            span = link_span(size, sizes[b], found[1] - indices[b])
-            if span is not None:
-                found = skip_base(reversed(indices), span)
-        if found is None:
-            indices.append(0)
-            base_of.append(None)
-        else:
-            base_of.append(len(indices) - 1 - found[0])
-            indices.append(found[1])
-        sizes.append(size)
-    longest = 0
-    for v in range(versions):
-        links, at = 0, base_of[v]
-        while at is not None:
-            links, at = links + 1, base_of[at]
-        longest = max(longest, links)
-    return longest
-
-
 @pytest.mark.parametrize("growth", [20_000, 66_000, 1_100_000, 3_000_000])
 def test_split_links_keep_chains_well_within_max_links(growth: int) -> None:
     """Split links cover ~1 MiB or more each and stop above SPLIT_MAX, so a chain
     stays far below MAX_LINKS (a reader's loop guard) however large the value
     grows: here up to 2,000 versions or 256 MiB."""
     versions = min(2000, 256 * 1024**2 // growth)
-    longest = split_chain_max(growth, versions)
+    longest = max(chain_links(versions, growth=growth))
     assert longest <= MAX_LINKS - 16, longest
     if growth == 66_000:
         assert longest > 2 * math.log2(versions)  # links were split (skip deltas alone: ~11)
