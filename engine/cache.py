@@ -114,20 +114,18 @@ def gc_paused(large: bool = False) -> Iterator[None]:
             nothing another part of the program made moves unexamined. It
             applies inside an enclosing pause as well.
     """
-    if not gc.isenabled():
-        # Turned off by the application (left alone), or by an enclosing pause.
-        own = large and _paused[0] > 0 and _CAN_PROMOTE and not gc.get_freeze_count()
-        if own:
-            gc.collect(1)
+    # Off already: by the application (left alone), or by an enclosing pause.
+    enabled = gc.isenabled()
+    own = large and (enabled or _paused[0] > 0) and _CAN_PROMOTE and not gc.get_freeze_count()
+    if own:
+        gc.collect(1)
+    if not enabled:
         try:
             yield
         finally:
             if own:
                 _promote(PROMOTE_OWN)
         return
-    own = large and _CAN_PROMOTE and not gc.get_freeze_count()
-    if own:
-        gc.collect(1)
     gc.disable()
     _paused[0] += 1
     try:
