@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from deltalog.bench.runner import (
+    MULTIPROCESS_PER_PROCESS,
     BenchResult,
     ChatResult,
     LatencyStats,
@@ -891,11 +892,15 @@ def _multiprocess_table(mp: MultiProcessResult, subject: str) -> TableData:
         [Cell("every acknowledged turn present")]
         + [Cell("no", "red") if mp.savers[n].problems else Cell("yes", "green") for n in names],
     ]
+    headers = [
+        n + (" (a store per process, storing nothing)" if n in MULTIPROCESS_PER_PROCESS else "")
+        for n in names
+    ]
     return TableData(
         f"{mp.scenario}: {mp.processes} processes × {mp.threads} threads on one store path, "
         f"chat turns (messages as {mp.field}), median of {mp.repeats} rounds of "
         f"{mp.seconds:g} s (in brackets: {subject} ÷ peer, above 1× is better)",
-        ["figure", *names],
+        ["figure", *headers],
         rows,
     )
 

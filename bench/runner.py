@@ -756,6 +756,11 @@ async def _in_tasks(n: int, seconds: float, work: Callable[[int, float], Awaitab
 
 #: Savers whose store several processes can open at one path.
 MULTIPROCESS_SAVERS = frozenset({"deltalog", "sqlite", "lmdb"})
+#: Savers the multi-process scenario runs with a store of their own in each
+#: process: InMemorySaver stores nothing, so its rate is the machine's ceiling
+#: for the scenario (LangGraph's work alone in 4 processes), and each process
+#: reads its own threads back before its saver is dropped.
+MULTIPROCESS_PER_PROCESS = frozenset({"memory"})
 
 
 @dataclass(frozen=True)
@@ -836,25 +841,35 @@ class MultiProcessWorker:
             expected ones for its acknowledged turns; empty when all are.
         """
         chat = scenario.chat()
-        want_by_turns: dict[int, list[CanonicalMessage]] = {}
-        problems: list[str] = []
         ctx = PeerContext(workdir=Path(directory).parent, shared_dir=Path(directory))
         with REGISTRY[saver].open(ctx) as peer:
-            graph = build_graph(chat, peer.saver)
-            for tid, turns in sorted(acked.items()):
-                if turns not in want_by_turns:
-                    want_by_turns[turns] = canonical(expected_messages(chat, turns))
-                want = want_by_turns[turns]
-                got = canonical(graph.get_state(thread_config(tid)).values.get(MESSAGES, []))
-                if got != want:
-                    problems.append(
-                        f"{tid} ({turns} turns acknowledged): " + _describe_mismatch(got, want)
-                    )
-        return problems
+            return _read_back(build_graph(chat, peer.saver), chat, acked)
+
+    def verify_open(self, scenario: MultiProcessScenario, acked: dict[str, int]) -> list[str]:
+        """:meth:`verify` through the saver this process has open (a saver of
+        :data:`MULTIPROCESS_PER_PROCESS`, whose store dies with it); before :meth:`end`."""
+        if self._graph is None:
+            raise WorkerError("verify_open called with no saver open; call prepare first")
+        return _read_back(self._graph, scenario.chat(), acked)
 
     def close(self) -> None:
         """Close whatever is open."""
         self.end()
+
+
+def _read_back(graph: Any, chat: ChatScenario, acked: dict[str, int]) -> list[str]:
+    """One line per thread of ``acked`` whose ``messages`` in ``graph`` are not
+    exactly the expected ones for its acknowledged turns; empty when all are."""
+    want_by_turns: dict[int, list[CanonicalMessage]] = {}
+    problems: list[str] = []
+    for tid, turns in sorted(acked.items()):
+        if turns not in want_by_turns:
+            want_by_turns[turns] = canonical(expected_messages(chat, turns))
+        want = want_by_turns[turns]
+        got = canonical(graph.get_state(thread_config(tid)).values.get(MESSAGES, []))
+        if got != want:
+            problems.append(f"{tid} ({turns} turns acknowledged): " + _describe_mismatch(got, want))
+    return problems
 
 
 def _serve_multiprocess(
@@ -878,12 +893,16 @@ def run_multiprocess(
     saver; each round opens the saver on a fresh path in every process (the
     first creates the store, the others then open it), starts them together,
     and afterwards reads every thread back (:meth:`MultiProcessWorker.verify`).
+    A saver of :data:`MULTIPROCESS_PER_PROCESS` has a store in each process
+    instead, read back by that process before it is dropped.
 
     Returns:
         One point per saver that is both in ``names`` and in ``scenario.savers``
-        (and can share a path); savers that could not run are in ``failed``.
+        (and can share a path, or is measured per process); savers that could
+        not run are in ``failed``.
     """
-    savers = [n for n in scenario.savers if n in names and n in MULTIPROCESS_SAVERS]
+    shareable = MULTIPROCESS_SAVERS | MULTIPROCESS_PER_PROCESS
+    savers = [n for n in scenario.savers if n in names and n in shareable]
     rounds: dict[str, list[float]] = {n: [] for n in savers}
     turns: dict[str, int] = dict.fromkeys(savers, 0)
     errors: dict[str, list[str]] = {n: [] for n in savers}
@@ -933,6 +952,9 @@ def run_multiprocess(
                     for proc in calls:
                         proc.conn.send(("go", (scenario,)))
                     parts: list[_ProcessPart] = [proc._receive() for proc in calls]
+                    if name in MULTIPROCESS_PER_PROCESS:
+                        for proc, part in zip(calls, parts, strict=True):
+                            problems[name] += proc._call("verify_open", scenario, part.acked)
                     for proc in calls:
                         proc._call("end")
                     acked = {tid: n for part in parts for tid, n in part.acked.items()}
@@ -941,9 +963,10 @@ def run_multiprocess(
                     rounds[name].append(done / seconds if seconds > 0 else 0.0)
                     turns[name] += done
                     errors[name] += [e for p in parts for e in p.errors]
-                    problems[name] += calls[0]._call(
-                        "verify", name, str(directory), scenario, acked
-                    )
+                    if name not in MULTIPROCESS_PER_PROCESS:
+                        problems[name] += calls[0]._call(
+                            "verify", name, str(directory), scenario, acked
+                        )
                 except WorkerError as exc:
                     failed[name] = str(exc)
                     progress.log(f"[red]{name} failed in {scenario.name}[/red]")

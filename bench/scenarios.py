@@ -285,8 +285,11 @@ class MultiProcessScenario:
         seconds: Wall-time budget of one round.
         max_turns_per_thread: Upper bound on turns per thread per round.
         repeats: Rounds per saver.
-        savers: The savers measured (only those whose store several processes
-            can open at one path: ``deltalog``, ``sqlite``, ``lmdb``).
+        savers: The savers measured: those whose store several processes can
+            open at one path (``deltalog``, ``sqlite``, ``lmdb``), and
+            ``memory``, an InMemorySaver in each process that stores nothing:
+            the rate of LangGraph's own work in as many processes, the ceiling
+            of any saver on this machine.
         seed: Seed of the deterministic text generator.
     """
 
@@ -297,7 +300,7 @@ class MultiProcessScenario:
     seconds: float = 2.0
     max_turns_per_thread: int = 200
     repeats: int = 3
-    savers: tuple[str, ...] = ("deltalog", "sqlite")
+    savers: tuple[str, ...] = ("deltalog", "sqlite", "memory")
     seed: int = 11
 
     def __post_init__(self) -> None:
