@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Collection, Iterator
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from deltalog.engine import keys
 from deltalog.engine.codec import DeltaHeader, WriteDict
@@ -38,9 +38,6 @@ from deltalog.engine.txn_base import (
     WriteBase,
 )
 
-if TYPE_CHECKING:
-    pass
-
 # Blob values at least this large are stored as deltas of the channel's previous
 # version (smaller ones gain little and would lengthen chains for nothing).
 DELTA_MIN: Final = 4096
@@ -65,6 +62,10 @@ WRITE_SCAN_MAX: Final = 20_000
 # up to 3,000 versions or 512 MiB: 37 links).
 LINK_GROWTH: Final = 2 * 1024**2
 SPLIT_MAX: Final = 32 * 1024**2
+# A read transaction keeps the writes its delta blobs' dictionaries decoded, up
+# to this many payload bytes: a dictionary holds about twice its link's growth
+# (WRITE_DICT_MIN above), so the links of one chain read most writes twice.
+WRITE_MEMO_MAX: Final = 64 * 1024**2
 
 
 def link_span(size: int, base_size: int, distance: int) -> int | None:
@@ -120,8 +121,31 @@ def _in_sort_order(parts: list[_Part]) -> bytes:
     return b"".join(out)
 
 
+class _WriteMemo:
+    """The decoded writes of one read transaction's write dictionaries, by write key.
+
+    A cold read of a 10,000-turn sf=100 thread's seed resolves ~10 delta links
+    whose dictionaries span 36,752 writes to ``messages``, 20,000 of them
+    distinct. An LMDB read transaction sees one snapshot, so a write key
+    stands for one record while it lasts; write transactions keep no memo.
+    """
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self) -> None:
+        self.parts: dict[bytes, _Part] = {}
+        self.size = 0
+
+    def put(self, key: bytes, part: _Part) -> None:
+        if self.size < WRITE_MEMO_MAX:
+            self.parts[key] = part
+            self.size += len(key) + len(part[2])
+
+
 class BlobReads(TxnBase):
     """Reading channel values: blobs (resolving delta links) and inline values."""
+
+    _write_memo: _WriteMemo | None = None
 
     def values(
         self,
@@ -354,18 +378,37 @@ class BlobReads(TxnBase):
         """
         parts: list[_Part] = []
         plen = len(prefix)
+        memo = self._writes_memo()
         cur = self.txn.cursor(db=self.dbs.writes)
         ok = cur.set_range(prefix + lo)
         while ok:
             key = cur.key()
-            ckey = keys.write_checkpoint_key(key)
-            if not key.startswith(prefix) or ckey[plen:] > hi:
+            if not key.startswith(prefix):
                 break
-            part = self._write_payload(key, len(ckey), cur.value(), cbytes)
+            cid_end = keys.id_end(key, plen)
+            if key[plen:cid_end] > hi:
+                break
+            raw = cur.value()
+            part = memo.parts.get(key) if memo is not None and raw.startswith(cbytes) else None
+            if part is None:
+                found = self._write_payload(key, cid_end, raw, cbytes)
+                if found is not None:
+                    part = (key[:cid_end], *found)
+                    if memo is not None:
+                        memo.put(key, part)
             if part is not None:
-                parts.append((ckey, *part))
+                parts.append(part)
             ok = cur.next()
         return _in_sort_order(parts)
+
+    def _writes_memo(self) -> _WriteMemo | None:
+        """This read transaction's :class:`_WriteMemo` (None in a write transaction,
+        whose records may still change)."""
+        if not self.memo_reads:
+            return None
+        if self._write_memo is None:
+            self._write_memo = _WriteMemo()
+        return self._write_memo
 
     def _write_payload(
         self, key: bytes, cid_end: int, raw: bytes, cbytes: bytes

@@ -137,6 +137,7 @@ __all__ = [
     "encode_task_id",
     "encode_version",
     "fwd_key",
+    "id_end",
     "item_count_key",
     "item_key",
     "item_ns_key",
@@ -355,6 +356,17 @@ def decode_id(buf: bytes, pos: int) -> tuple[str, int]:
     if tag == _ID_STR:
         return _canonical_str(buf, pos, encode_id, "id")
     raise _damaged(buf, f"unknown id tag {tag!r} at {pos}")
+
+
+def id_end(buf: bytes, pos: int) -> int:
+    """Where the ``id`` field at ``pos`` ends, like :func:`decode_id`'s position but
+    without building the id (a uuid or ULID is its tag and 16 bytes)."""
+    tag = buf[pos] if pos < len(buf) else None
+    if tag in (_ID_UUID, _ID_ULID):
+        if pos + 17 > len(buf):
+            raise _damaged(buf, f"id cut short at {pos}")
+        return pos + 17
+    return decode_id(buf, pos)[1]
 
 
 def _uuid_at(buf: bytes, pos: int) -> str:
@@ -599,7 +611,7 @@ def checkpoint_id_bytes(key: bytes) -> bytes:
 def write_checkpoint_key(key: bytes) -> bytes:
     """The checkpoint key that a ``writes`` key starts with."""
     _, pos = split_ids(key, 2)
-    return key[: decode_id(key, pos)[1]]
+    return key[: id_end(key, pos)]
 
 
 def decode_write_key(key: bytes) -> tuple[int, int, str, str, int]:

@@ -130,6 +130,29 @@ def test_other_string_ids_round_trip(value: str) -> None:
     assert keys.decode_id(keys.encode_id(value), 0)[0] == value
 
 
+@given(
+    st.one_of(
+        st.uuids().map(str),
+        st.binary(min_size=16, max_size=16).map(lambda b: str(ULID.from_bytes(b))),
+        texts,
+    ),
+    st.binary(max_size=8),
+)
+def test_id_end_is_where_decode_id_stops(value: str, tail: bytes) -> None:
+    """id_end finds the end of every kind of id without building it, as decode_id does."""
+    buf = b"\x05" + keys.encode_id(value) + tail
+    assert keys.id_end(buf, 1) == keys.decode_id(buf, 1)[1] == len(buf) - len(tail)
+
+
+def test_id_end_refuses_a_cut_short_or_unknown_id() -> None:
+    """A uuid cut short, or an unknown tag, is a damaged key, as for decode_id."""
+    encoded = keys.encode_id(str(uuid6()))
+    with pytest.raises(DamagedKeyError, match="cut short"):
+        keys.id_end(encoded[:10], 0)
+    with pytest.raises(DamagedKeyError, match="unknown id tag"):
+        keys.id_end(b"\xee" + encoded[1:], 0)
+
+
 def test_uppercase_uuid_is_returned_verbatim() -> None:
     """A non-canonical uuid string is stored as a string, so it is returned exactly as given."""
     raw = str(uuid.uuid4()).upper()
