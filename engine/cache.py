@@ -63,6 +63,7 @@ __all__ = [
     "PayloadCache",
     "Pickled",
     "gc_paused",
+    "may_hold_long_str",
 ]
 
 
@@ -239,8 +240,40 @@ class _SharingUnpickler(pickle.Unpickler):
         return self._strings[int(pid)]
 
 
-def _dumps(value: Any) -> bytes | Pickled:
-    """``value`` pickled, its long strings kept aside (a plain pickle when it has none)."""
+def may_hold_long_str(kind: str, payload: bytes) -> bool:
+    """Whether a value a serde decodes from ``(kind, payload)`` may hold a string of
+    :data:`SHARED_STR_MIN` characters or more (True when it cannot tell).
+
+    False only for a payload shorter than that (a character takes a byte at
+    least), or for msgpack whose every string header is shorter: such a
+    string is a ``str 16`` (``0xDA`` and a 2-byte length) or ``str 32``
+    (``0xDB``) in the payload, its nested extension data included. A ``0xDA``
+    inside other bytes only makes the answer True. Only sharing depends on
+    it: a long string a constructor builds from a short payload is copied
+    into the pickle like a short one.
+    """
+    if len(payload) < SHARED_STR_MIN:
+        return False
+    if kind != "msgpack" or b"\xdb" in payload:
+        return True
+    at = payload.find(b"\xda")
+    while at != -1:
+        if int.from_bytes(payload[at + 1 : at + 3], "big") >= SHARED_STR_MIN:
+            return True
+        at = payload.find(b"\xda", at + 1)
+    return False
+
+
+def _dumps(value: Any, share: bool = True) -> bytes | Pickled:
+    """``value`` pickled, its long strings kept aside (a plain pickle when it has none).
+
+    With ``share`` False (the caller knows there is no long string: see
+    :func:`may_hold_long_str`) it is a plain :func:`pickle.dumps`: the sharing
+    pickler calls back into Python for every object, which was most of
+    pickling a history's short messages (110,308 calls for 240 turns).
+    """
+    if not share:
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     buffer = io.BytesIO()
     strings: list[str] = []
     _SharingPickler(buffer, strings).dump(value)
@@ -304,6 +337,7 @@ class DecodedCache:
         size: int | None = None,
         *,
         reused: bool = False,
+        share: bool = True,
     ) -> Any:
         """The decoded value of ``record``: a private copy from the cache, or ``decode(record)``.
 
@@ -315,6 +349,8 @@ class DecodedCache:
             reused: The caller knows the value will be read again (a delta
                 channel's seed in a checkpoint: the turns until the next seed
                 read it), so it is cached on its first decode.
+            share: The value may hold long strings (:func:`may_hold_long_str`);
+                False pickles it plainly.
         """
         if not self.max_bytes or (len(record) if size is None else size) < self.min_record:
             return decode(record)
@@ -341,7 +377,7 @@ class DecodedCache:
         if first:  # decoded once so far: not worth a pickle yet
             return value
         try:
-            pickled = _dumps(value)
+            pickled = _dumps(value, share)
         except Exception:  # unpicklable value: correct, just not cached
             return value
         cost = len(record) + _size(pickled)
@@ -564,13 +600,16 @@ class HistoryCopies:
         """Keep ``chunks`` for ``entry`` (for as long as the entry lives)."""
         self._entries[entry] = chunks
 
-    def extend(self, chunks: Chunks, fresh: list[Any]) -> tuple[list[Any], Chunks | None]:
+    def extend(
+        self, chunks: Chunks, fresh: list[Any], share: bool = True
+    ) -> tuple[list[Any], Chunks | None]:
         """Unpickle ``chunks`` and append ``fresh``: (new list, chunks of that list).
 
         ``fresh`` is pickled (and neighbouring chunks merged, re-pickled from
         the objects just unpickled) before anything is handed out, so the
         chunks hold the values as decoded. The second item is None when a
-        value cannot be pickled.
+        value cannot be pickled. ``share`` False: ``fresh`` holds no long
+        string (a merged chunk shares strings when either part did).
         """
         runs = [_loads(p) for _, p in chunks]
         self.hits += 1
@@ -579,21 +618,23 @@ class HistoryCopies:
         if not fresh:
             return out, chunks
         try:
-            kept = [*chunks, (len(fresh), _dumps(fresh))]
+            kept = [*chunks, (len(fresh), _dumps(fresh, share))]
             runs.append(fresh)
             while len(kept) >= 2 and kept[-2][0] <= kept[-1][0]:
                 merged = runs[-2] + runs[-1]
+                shared = any(isinstance(p, Pickled) for _, p in kept[-2:])
                 del kept[-2:], runs[-2:]
-                kept.append((len(merged), _dumps(merged)))
+                kept.append((len(merged), _dumps(merged, shared)))
                 runs.append(merged)
         except Exception:  # unpicklable value: correct, just not kept
             return out, None
         return out, tuple(kept)
 
     @staticmethod
-    def start(decoded: list[Any]) -> Chunks | None:
-        """Chunks holding ``decoded`` (pickled now), or None if it cannot be pickled."""
+    def start(decoded: list[Any], share: bool = True) -> Chunks | None:
+        """Chunks holding ``decoded`` (pickled now, plainly with ``share`` False, as in
+        :meth:`extend`), or None if it cannot be pickled."""
         try:
-            return ((len(decoded), _dumps(decoded)),)
+            return ((len(decoded), _dumps(decoded, share)),)
         except Exception:
             return None

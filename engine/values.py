@@ -13,10 +13,10 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from deltalog.engine.cache import DecodedCache, HistoryCopies, gc_paused
+from deltalog.engine.cache import DecodedCache, HistoryCopies, gc_paused, may_hold_long_str
 from deltalog.engine.config import checkpoint_config
 from deltalog.engine.errors import InvalidInputError, SerdeMismatchError, UndecryptableValueError
-from deltalog.engine.store_rows import CheckpointRow, DeltaHistory, StoredValue, Typed
+from deltalog.engine.store_rows import CheckpointRow, DeltaHistory, StoredValue, Typed, WriteRow
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, DeltaChannelHistory
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import EXT_DELTA_SNAPSHOT
@@ -76,7 +76,13 @@ def load(
     def decode(record: bytes) -> Any:
         return loads(serde, value.typed)
 
-    return cache.load(value.record, decode, len(value.typed[1]), reused=reused)
+    return cache.load(
+        value.record,
+        decode,
+        len(value.typed[1]),
+        reused=reused,
+        share=may_hold_long_str(*value.typed),
+    )
 
 
 def loads(serde: SerializerProtocol, typed: Typed, what: str = "a stored value") -> Any:
@@ -172,6 +178,11 @@ def decode_histories(
     return result
 
 
+def _share(writes: Sequence[WriteRow]) -> bool:
+    """Whether the decoded ``writes`` may hold a long string worth sharing."""
+    return any(may_hold_long_str(*w.value) for w in writes)
+
+
 def history_writes(
     serde: SerializerProtocol, copies: HistoryCopies, history: DeltaHistory
 ) -> list[Any]:
@@ -185,13 +196,12 @@ def history_writes(
     base = history.base
     chunks = copies.get(base) if base is not None else None
     if base is not None and chunks is not None:
-        fresh = [
-            (w.task_id, w.channel, decode(w.value)) for w in history.writes[len(base.writes) :]
-        ]
-        decoded, kept = copies.extend(chunks, fresh)
+        new = history.writes[len(base.writes) :]
+        fresh = [(w.task_id, w.channel, decode(w.value)) for w in new]
+        decoded, kept = copies.extend(chunks, fresh, _share(new))
     else:
         decoded = [(w.task_id, w.channel, decode(w.value)) for w in history.writes]
-        kept = copies.start(decoded) if history.entry is not None else None
+        kept = copies.start(decoded, _share(history.writes)) if history.entry is not None else None
     if history.entry is not None and history.entry is not base and kept is not None:
         copies.put(history.entry, kept)
     return decoded
