@@ -254,14 +254,14 @@ def may_hold_long_str(kind: str, payload: bytes) -> bool:
     """
     if len(payload) < SHARED_STR_MIN:
         return False
-    if kind != "msgpack" or b"\xdb" in payload:
+    if kind != "msgpack":
         return True
     at = payload.find(b"\xda")
-    while at != -1:
+    while at != -1:  # usually the first long one comes early
         if int.from_bytes(payload[at + 1 : at + 3], "big") >= SHARED_STR_MIN:
             return True
         at = payload.find(b"\xda", at + 1)
-    return False
+    return b"\xdb" in payload
 
 
 def _dumps(value: Any, share: bool = True) -> bytes | Pickled:
@@ -337,7 +337,7 @@ class DecodedCache:
         size: int | None = None,
         *,
         reused: bool = False,
-        share: bool = True,
+        share: Callable[[], bool] | None = None,
     ) -> Any:
         """The decoded value of ``record``: a private copy from the cache, or ``decode(record)``.
 
@@ -349,8 +349,9 @@ class DecodedCache:
             reused: The caller knows the value will be read again (a delta
                 channel's seed in a checkpoint: the turns until the next seed
                 read it), so it is cached on its first decode.
-            share: The value may hold long strings (:func:`may_hold_long_str`);
-                False pickles it plainly.
+            share: Says, when a decoded value is to be pickled, whether it may
+                hold long strings (:func:`may_hold_long_str`); False pickles it
+                plainly. None: it may.
         """
         if not self.max_bytes or (len(record) if size is None else size) < self.min_record:
             return decode(record)
@@ -377,7 +378,7 @@ class DecodedCache:
         if first:  # decoded once so far: not worth a pickle yet
             return value
         try:
-            pickled = _dumps(value, share)
+            pickled = _dumps(value, share is None or share())
         except Exception:  # unpicklable value: correct, just not cached
             return value
         cost = len(record) + _size(pickled)

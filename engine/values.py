@@ -81,7 +81,7 @@ def load(
         decode,
         len(value.typed[1]),
         reused=reused,
-        share=may_hold_long_str(*value.typed),
+        share=functools.partial(may_hold_long_str, *value.typed),
     )
 
 

@@ -4,6 +4,7 @@ safe, and not copying it is most of a large-message seed's copy time."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -103,7 +104,7 @@ def test_a_payload_with_only_short_strings_is_pickled_plainly() -> None:
         def decode(_: bytes, v: list[Any] = value) -> list[Any]:
             return v
 
-        cache.load(b"seed", decode, reused=True, share=share)
+        cache.load(b"seed", decode, reused=True, share=functools.partial(bool, share))
         (pickled,) = cache._entries.values()
         assert isinstance(pickled, Pickled) is share
         assert cache.load(b"seed", lambda _: []) == value
@@ -154,3 +155,18 @@ def test_a_merged_history_chunk_shares_when_either_part_did() -> None:
     told = HistoryCopies.start([AIMessage(content=LONG, id="a3")], share=False)
     assert told is not None and isinstance(told[0][1], bytes)
     assert copies.extend(told, [])[0] == [AIMessage(content=LONG, id="a3")]
+
+
+def test_the_payload_is_looked_at_only_when_a_value_is_pickled() -> None:
+    """Reading a cached value does not scan its payload again (a seed's payload is
+    megabytes, read by every invoke): ``share`` is asked once, when it is pickled."""
+    asked: list[int] = []
+
+    def share() -> bool:
+        asked.append(1)
+        return False
+
+    cache = DecodedCache(min_record=0)
+    for _ in range(3):
+        assert cache.load(b"seed", lambda _: [SHORT], reused=True, share=share) == [SHORT]
+    assert asked == [1] and cache.hits == 2
