@@ -561,14 +561,14 @@ class BlobWrites(WriteBase, BlobReads):
             key = cur.key()
             if not key.startswith(prefix):
                 break
-            ckey = keys.write_checkpoint_key(key)
-            cid = ckey[plen:]
+            cid_end = keys.id_end(key, plen)
+            cid = key[plen:cid_end]
             if cid != lo and (size >= budget or scanned >= WRITE_SCAN_MAX):
                 break
             scanned += 1
-            part = self._write_payload(key, len(ckey), cur.value(), cbytes)
+            part = self._write_payload(key, cid_end, cur.value(), cbytes)
             if part is not None:
-                parts.append((ckey, *part))
+                parts.append((key[:cid_end], *part))
                 size += len(part[1])
                 hi = hi or cid
                 lo = cid
