@@ -901,8 +901,8 @@ def run_multiprocess(
         (and can share a path, or is measured per process); savers that could
         not run are in ``failed``.
     """
-    shareable = MULTIPROCESS_SAVERS | MULTIPROCESS_PER_PROCESS
-    savers = [n for n in scenario.savers if n in names and n in shareable]
+    runnable = MULTIPROCESS_SAVERS | MULTIPROCESS_PER_PROCESS
+    savers = [n for n in scenario.savers if n in names and n in runnable]
     rounds: dict[str, list[float]] = {n: [] for n in savers}
     turns: dict[str, int] = dict.fromkeys(savers, 0)
     errors: dict[str, list[str]] = {n: [] for n in savers}
