@@ -6,9 +6,9 @@ whole message list — on every ``get_state``, every invoke and every entry of
 3.0 ms, ``pickle.loads`` of the same decoded value 0.8 ms (it restores objects
 without re-running pydantic validation). So the cache keeps each decoded value
 as a private pickle and hands every caller a fresh unpickled copy: mutating a
-returned state can never change what the next reader sees. Strings of
-:data:`SHARED_STR_MIN` characters or more are the exception: immutable, they
-are shared by every copy instead of copied (a ~10 KB message's text).
+returned state can never change what the next reader sees. How those pickles
+are made and read (long strings shared, pydantic models filled in C) is
+:mod:`deltalog.engine.copies`.
 
 Keys are the stored record bytes themselves (compressed, so small): a value
 that changed on disk — rewritten by another process, or deleted and written
@@ -40,8 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import io
-import pickle
 import sys
 import sysconfig
 import threading
@@ -49,11 +47,14 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, fields
-from typing import Any, Final, Generic, NamedTuple, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
+from deltalog.engine import copies
+from deltalog.engine.copies import SHARED_STR_MIN, Pickled, may_hold_long_str
 from deltalog.engine.errors import OptionError
 
 __all__ = [
+    "SHARED_STR_MIN",
     "CachePolicy",
     "DecodedCache",
     "EnvelopeCache",
@@ -196,105 +197,11 @@ class GrowingBudget:
             self.limit = min(self.cap, self.limit + 2 * cost)
 
 
-#: Strings at least this long are not copied into a cache's pickle: the pickle
-#: refers to the string object itself, which every copy handed out shares (a
-#: ``str`` cannot be changed in place, so no caller can change another's).
-#: Measured on a 1,000-message seed of the large-message chat (2,000 + 8,000
-#: characters a turn): ``pickle.loads`` 4.7 ms, 1.4 ms with its strings
-#: shared, and the pickle 68 KB instead of 5.0 MB (which the strings, kept
-#: alive by the decoded value, no longer double). Below it (the 300 + 600
-#: character chat) nothing is shared and a pickle is plain bytes.
-SHARED_STR_MIN: Final = 1024
-
-
-class Pickled(NamedTuple):
-    """A pickle whose long strings are kept aside (:data:`SHARED_STR_MIN`).
-
-    Attributes:
-        data: The pickle; each long string is a persistent id, its index in ``strings``.
-        strings: The strings it refers to.
-    """
-
-    data: bytes
-    strings: tuple[str, ...]
-
-
-class _SharingPickler(pickle.Pickler):
-    def __init__(self, file: io.BytesIO, strings: list[str]) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._strings = strings
-
-    def persistent_id(self, obj: Any) -> int | None:
-        if type(obj) is str and len(obj) >= SHARED_STR_MIN:
-            self._strings.append(obj)
-            return len(self._strings) - 1
-        return None
-
-
-class _SharingUnpickler(pickle.Unpickler):
-    def __init__(self, data: bytes, strings: tuple[str, ...]) -> None:
-        super().__init__(io.BytesIO(data))
-        self._strings = strings
-
-    def persistent_load(self, pid: Any) -> str:
-        return self._strings[int(pid)]
-
-
-def may_hold_long_str(kind: str, payload: bytes) -> bool:
-    """Whether a value a serde decodes from ``(kind, payload)`` may hold a string of
-    :data:`SHARED_STR_MIN` characters or more (True when it cannot tell).
-
-    False only for a payload shorter than that (a character takes a byte at
-    least), or for msgpack whose every string header is shorter: such a
-    string is a ``str 16`` (``0xDA`` and a 2-byte length) or ``str 32``
-    (``0xDB``) in the payload, its nested extension data included. A ``0xDA``
-    inside other bytes only makes the answer True. Only sharing depends on
-    it: a long string a constructor builds from a short payload is copied
-    into the pickle like a short one.
-    """
-    if len(payload) < SHARED_STR_MIN:
-        return False
-    if kind != "msgpack":
-        return True
-    at = payload.find(b"\xda")
-    while at != -1:  # usually the first long one comes early
-        if int.from_bytes(payload[at + 1 : at + 3], "big") >= SHARED_STR_MIN:
-            return True
-        at = payload.find(b"\xda", at + 1)
-    return b"\xdb" in payload
-
-
-def _dumps(value: Any, share: bool = True) -> bytes | Pickled:
-    """``value`` pickled, its long strings kept aside (a plain pickle when it has none).
-
-    With ``share`` False (the caller knows there is no long string: see
-    :func:`may_hold_long_str`) it is a plain :func:`pickle.dumps`: the sharing
-    pickler calls back into Python for every object, which was most of
-    pickling a history's short messages (110,308 calls for 240 turns).
-    """
-    if not share:
-        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    buffer = io.BytesIO()
-    strings: list[str] = []
-    _SharingPickler(buffer, strings).dump(value)
-    data = buffer.getvalue()
-    return Pickled(data, tuple(strings)) if strings else data
-
-
 def _loads(pickled: bytes | Pickled) -> Any:
-    """A fresh copy of what :func:`_dumps` pickled (long strings shared)."""
-    data = pickled if isinstance(pickled, bytes) else pickled.data
-    with gc_paused(large=len(data) >= PROMOTE_PICKLE):
-        if isinstance(pickled, bytes):
-            return pickle.loads(pickled)
-        return _SharingUnpickler(pickled.data, pickled.strings).load()
-
-
-def _size(pickled: bytes | Pickled) -> int:
-    """Bytes a pickle keeps alive, its strings included."""
-    if isinstance(pickled, bytes):
-        return len(pickled)
-    return len(pickled.data) + sum(sys.getsizeof(s) for s in pickled.strings)
+    """A fresh copy of what :func:`~deltalog.engine.copies.dumps` pickled, made
+    with the GC paused."""
+    with gc_paused(large=copies.nbytes(pickled) >= PROMOTE_PICKLE):
+        return copies.loads(pickled)
 
 
 class DecodedCache:
@@ -378,10 +285,10 @@ class DecodedCache:
         if first:  # decoded once so far: not worth a pickle yet
             return value
         try:
-            pickled = _dumps(value, share is None or share())
+            pickled = copies.dumps(value, share is None or share())
         except Exception:  # unpicklable value: correct, just not cached
             return value
-        cost = len(record) + _size(pickled)
+        cost = len(record) + copies.size(pickled)
         with self._lock:
             if not self.budget.admit(cost):
                 return value
@@ -390,7 +297,7 @@ class DecodedCache:
                 self.size += cost
             while self.size > self.budget.limit:
                 old_key, old_value = self._entries.popitem(last=False)
-                old_cost = len(old_key) + _size(old_value)
+                old_cost = len(old_key) + copies.size(old_value)
                 self.size -= old_cost
                 self.budget.evicted(old_key, old_cost)
         # The caller gets the freshly decoded object; the cache keeps its own pickle.
@@ -619,13 +526,13 @@ class HistoryCopies:
         if not fresh:
             return out, chunks
         try:
-            kept = [*chunks, (len(fresh), _dumps(fresh, share))]
+            kept = [*chunks, (len(fresh), copies.dumps(fresh, share))]
             runs.append(fresh)
             while len(kept) >= 2 and kept[-2][0] <= kept[-1][0]:
                 merged = runs[-2] + runs[-1]
-                shared = any(isinstance(p, Pickled) for _, p in kept[-2:])
+                shared = any(copies.shares(p) for _, p in kept[-2:])
                 del kept[-2:], runs[-2:]
-                kept.append((len(merged), _dumps(merged, shared)))
+                kept.append((len(merged), copies.dumps(merged, shared)))
                 runs.append(merged)
         except Exception:  # unpicklable value: correct, just not kept
             return out, None
@@ -636,6 +543,6 @@ class HistoryCopies:
         """Chunks holding ``decoded`` (pickled now, plainly with ``share`` False, as in
         :meth:`extend`), or None if it cannot be pickled."""
         try:
-            return ((len(decoded), _dumps(decoded, share)),)
+            return ((len(decoded), copies.dumps(decoded, share)),)
         except Exception:
             return None

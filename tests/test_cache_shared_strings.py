@@ -13,9 +13,9 @@ from deltalog.engine.cache import (
     SHARED_STR_MIN,
     DecodedCache,
     HistoryCopies,
-    Pickled,
     may_hold_long_str,
 )
+from deltalog.engine.copies import shares
 from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
@@ -106,7 +106,7 @@ def test_a_payload_with_only_short_strings_is_pickled_plainly() -> None:
 
         cache.load(b"seed", decode, reused=True, share=functools.partial(bool, share))
         (pickled,) = cache._entries.values()
-        assert isinstance(pickled, Pickled) is share
+        assert shares(pickled) is share
         assert cache.load(b"seed", lambda _: []) == value
 
 
@@ -143,17 +143,17 @@ def test_a_merged_history_chunk_shares_when_either_part_did() -> None:
     merged chunk and the copies stay equal."""
     copies = HistoryCopies()
     chunks = HistoryCopies.start([AIMessage(content=LONG, id="a0")], share=True)
-    assert chunks is not None and isinstance(chunks[0][1], Pickled)
+    assert chunks is not None and shares(chunks[0][1])
     out, kept = copies.extend(chunks, [HumanMessage(content=SHORT, id="h1")], share=False)
-    assert kept is not None and len(kept) == 1 and isinstance(kept[0][1], Pickled)
+    assert kept is not None and len(kept) == 1 and shares(kept[0][1])
     plain = HistoryCopies.start([HumanMessage(content=SHORT, id="h0")], share=False)
-    assert plain is not None and isinstance(plain[0][1], bytes)
+    assert plain is not None and not shares(plain[0][1])
     again, kept2 = copies.extend(plain, [HumanMessage(content=SHORT, id="h2")], share=False)
-    assert kept2 is not None and all(isinstance(p, bytes) for _, p in kept2)
+    assert kept2 is not None and not any(shares(p) for _, p in kept2)
     assert copies.extend(kept, [])[0] == out and copies.extend(kept2, [])[0] == again
     # Told there is none, a long string is copied into a plain pickle, not kept aside.
     told = HistoryCopies.start([AIMessage(content=LONG, id="a3")], share=False)
-    assert told is not None and isinstance(told[0][1], bytes)
+    assert told is not None and not shares(told[0][1])
     assert copies.extend(told, [])[0] == [AIMessage(content=LONG, id="a3")]
 
 

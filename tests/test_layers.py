@@ -63,6 +63,7 @@ LAYERS: dict[str, str] = {
     "deltalog.engine.memory_export": "storage",
     "deltalog.engine.memo": "storage",
     "deltalog.engine.cache": "storage",
+    "deltalog.engine.copies": "storage",
     # format and pure logic: key bytes, record codec, plans and walks
     "deltalog.engine.keys": "format",
     "deltalog.engine.codec": "format",
