@@ -96,18 +96,20 @@ _MODEL_STATE: Final = (
 _SETATTR: Final = object.__setattr__
 # What pickle turns into its NEWOBJ opcode: ``cls.__new__(cls)``, no state.
 _NEWOBJ: Final[Callable[..., Any]] = copyreg.__newobj__  # type: ignore[attr-defined]
-# Objects in a model's state whose unpickling runs no code that could look at
-# another object of the pickle (pickled by reference, or from plain data).
-_INERT: Final = (
-    type,
-    types.FunctionType,
-    types.BuiltinFunctionType,
-    datetime.date,
-    datetime.time,
-    datetime.timedelta,
-    datetime.tzinfo,
-    uuid.UUID,
-    decimal.Decimal,
+# Objects in a model's state whose unpickling runs no code that could see
+# another object of the pickle: pickled by reference ...
+_BY_REFERENCE: Final = (type, types.FunctionType, types.BuiltinFunctionType)
+# ... or rebuilt from plain data (exact types: a subclass may reduce its own way).
+_PLAIN_DATA: Final = frozenset(
+    {
+        datetime.datetime,
+        datetime.date,
+        datetime.time,
+        datetime.timedelta,
+        datetime.timezone,
+        uuid.UUID,
+        decimal.Decimal,
+    }
 )
 # Class -> whether it pickles exactly as pydantic 2's BaseModel (bounded below).
 _PLAIN: dict[type, bool] = {}
@@ -171,6 +173,14 @@ def _models(value: Any) -> list[Any]:
     return found
 
 
+def _inert(obj: Any) -> bool:
+    """Whether unpickling ``obj`` in a model's state is safe before the batch's
+    models are whole: it is pickled by reference, rebuilt from plain data, or a
+    plain model itself (whose ``__setstate__`` only stores what it is given)."""
+    cls = type(obj)
+    return cls in _PLAIN_DATA or isinstance(obj, _BY_REFERENCE) or _plain_model(cls)
+
+
 class _Pickler(pickle.Pickler):
     """Creates the marked models without state (the batch's first item); while
     checking (the rest of the batch), notes any object that is not inert."""
@@ -184,7 +194,7 @@ class _Pickler(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
         if id(obj) in self.bare:  # first met in the batch's list: no state yet
             return _NEWOBJ, (type(obj),)
-        if self.checking and not (isinstance(obj, _INERT) or _plain_model(type(obj))):
+        if self.checking and not _inert(obj):
             self.foreign = True
         return NotImplemented
 

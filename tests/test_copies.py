@@ -5,7 +5,10 @@ pydantic models were filled in C from the batch or through their own
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import pickle
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -254,3 +257,18 @@ def test_a_value_without_models_is_not_walked_to_its_end(monkeypatch: pytest.Mon
     early = [HumanMessage(content="early", id="e"), *range(copies.WALK_PROBE + 10)]
     assert len(copies._models(early)) == 1
     assert_same_copy(late)
+
+
+class Day(datetime.date):
+    """A date subclass reduces however it likes: not taken for plain data."""
+
+
+def test_plain_data_in_a_state_keeps_the_batch_and_a_subclass_does_not() -> None:
+    when = datetime.datetime(2026, 12, 3, 18, 0, tzinfo=datetime.timezone.utc)
+    meta = {"at": when, "id": uuid.UUID(int=5), "cost": decimal.Decimal("1.5")}
+    value = [AIMessage(content="a", id="a", response_metadata=meta), HumanMessage(content="h")]
+    pickled = assert_same_copy(value)
+    assert isinstance(pickled, Pickled) and pickled.models
+    odd = [AIMessage(content="a", id="a", response_metadata={"day": Day(2026, 1, 1)})]
+    pickled = assert_same_copy(odd)
+    assert not (isinstance(pickled, Pickled) and pickled.models)
