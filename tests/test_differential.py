@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import pydantic
 import pytest
 from deltalog.engine import ConfigError, DeltaLogSaver
+from langchain_core.messages import AIMessage, AnyMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from typing_extensions import TypedDict
 
 from .checkpoints import put_values
 from .graphs import (
@@ -21,6 +27,7 @@ from .graphs import (
     human,
     observe,
     program_chat,
+    varied_text,
 )
 
 SNAPSHOT_FREQUENCIES = [1, 3, 100]
@@ -146,3 +153,82 @@ def test_list_before_needs_only_a_checkpoint_id(make_saver: Callable[..., DeltaL
     ]
     with pytest.raises(ConfigError, match="before"):
         list(saver.list(None, before="not a config"))  # type: ignore[arg-type]
+
+
+class Note(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="allow")
+    text: str
+    tags: list[str] = []
+
+
+class Board(pydantic.BaseModel):
+    owner: str = ""
+    notes: list[Note] = []
+
+
+class BoardState(TypedDict, total=False):
+    board: Board
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def _deep(value: Any) -> Any:
+    """A value with every model and message spelled out: type, fields, which
+    fields were set, extras (what a copy must keep, beyond equality)."""
+    if isinstance(value, pydantic.BaseModel):
+        return (
+            type(value).__name__,
+            {k: _deep(v) for k, v in value.__dict__.items()},
+            sorted(value.model_fields_set),
+            _deep(value.__pydantic_extra__),
+        )
+    if isinstance(value, (list, tuple)):
+        return [_deep(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _deep(v) for k, v in value.items()}
+    return value
+
+
+def _program_board(saver: Any) -> list[Any]:
+    def write(state: BoardState) -> dict[str, Any]:
+        n = len(state["board"].notes)
+        note = Note.model_validate({"text": varied_text(n, 90), "mood": "ok" if n % 2 else "busy"})
+        if n % 3 == 0:
+            note.tags.append(f"t{n}")
+        return {
+            "board": Board(owner="o", notes=[*state["board"].notes, note]),
+            "messages": [AIMessage(content=varied_text(100 + n, 60), id=f"a{n}")],
+        }
+
+    builder = StateGraph(BoardState)
+    builder.add_node("write", write)
+    builder.add_edge(START, "write")
+    builder.add_edge("write", END)
+    graph = builder.compile(checkpointer=saver)
+    config = cfg("board")
+    seen: list[Any] = []
+    for turn in range(8):
+        update: BoardState = {"messages": [human(turn)]}
+        if turn == 0:
+            update["board"] = Board()
+        graph.invoke(update, config)
+        for _ in range(3):  # the second and third reads come from the caches
+            state = graph.get_state(config)
+            seen.append(_deep(state.values))
+            state.values["board"].notes[0].tags.append("changed by a reader")
+            state.values["messages"][0].content = "changed by a reader"
+    seen.append([_deep(s.values) for s in graph.get_state_history(config, limit=5)])
+    return seen
+
+
+def test_pydantic_values_copy_exactly_as_inmemory(make_saver: Callable[..., DeltaLogSaver]) -> None:
+    """Pydantic values (a model holding a list of models with extras) and messages
+    come back from the caches' copies as InMemorySaver gives them, field sets
+    and extras included, and a reader changing its copy changes no other."""
+
+    def serde() -> JsonPlusSerializer:
+        allowed = [(__name__, "Board"), (__name__, "Note")]
+        return JsonPlusSerializer(allowed_msgpack_modules=allowed)
+
+    ours = _program_board(make_saver(serde=serde()))
+    assert ours == _program_board(InMemorySaver(serde=serde()))
+    assert ours[-2]["board"][0] == "Board"  # decoded as the model, not a dict
