@@ -50,11 +50,10 @@ from dataclasses import dataclass, fields
 from typing import Any, Final, Generic, TypeVar
 
 from deltalog.engine import copies
-from deltalog.engine.copies import SHARED_STR_MIN, Pickled, may_hold_long_str
+from deltalog.engine.copies import Pickled
 from deltalog.engine.errors import OptionError
 
 __all__ = [
-    "SHARED_STR_MIN",
     "CachePolicy",
     "DecodedCache",
     "EnvelopeCache",
@@ -62,9 +61,7 @@ __all__ = [
     "HistoryCopies",
     "NameCache",
     "PayloadCache",
-    "Pickled",
     "gc_paused",
-    "may_hold_long_str",
 ]
 
 
@@ -257,7 +254,7 @@ class DecodedCache:
                 channel's seed in a checkpoint: the turns until the next seed
                 read it), so it is cached on its first decode.
             share: Says, when a decoded value is to be pickled, whether it may
-                hold long strings (:func:`may_hold_long_str`); False pickles it
+                hold long strings (:func:`~deltalog.engine.copies.may_hold_long_str`); False pickles it
                 plainly. None: it may.
         """
         if not self.max_bytes or (len(record) if size is None else size) < self.min_record:

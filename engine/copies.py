@@ -161,9 +161,12 @@ def _models(value: Any) -> list[Any]:
         cls = type(item)
         if cls is str:
             continue
-        if cls is list or cls is dict or isinstance(item, tuple):
-            if cls is not list and cls is not dict and cls.__iter__ is not tuple.__iter__:
-                continue  # a tuple subclass that iterates its own way
+        # (a tuple subclass that iterates its own way is not looked into)
+        if (
+            cls is list
+            or cls is dict
+            or (isinstance(item, tuple) and cls.__iter__ is tuple.__iter__)
+        ):
             if id(item) in seen:
                 continue
             seen.add(id(item))
@@ -269,29 +272,10 @@ def dumps(value: Any, share: bool = True) -> bytes | Pickled:
     history's short messages (110,308 calls for 240 turns).
     """
     models = _models(value)
-    if not share and not models:
-        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    buffer = io.BytesIO()
-    strings: list[str] = []
-    pickler = _SharingPickler(buffer, strings) if share else _Pickler(buffer)
     if models:
-        pickler.bare = {id(model) for model in models}
-        batch = _batch(models)
-        pickler.checking = True
-        pickler.dump(batch)
-        pickler.checking = False
-        pickler.bare = set()
-        if pickler.foreign:  # something in a state could see a model half made
-            return _dumps_plain(value, share)
-    pickler.dump(value)
-    if not models and not strings:
-        return buffer.getvalue()
-    return Pickled(buffer.getvalue(), tuple(strings), bool(models))
-
-
-def _dumps_plain(value: Any, share: bool = True) -> bytes | Pickled:
-    """:func:`dumps` without the models' batch: each model is unpickled through its
-    own ``__setstate__``."""
+        batched = _dumps_batched(value, models, share)
+        if batched is not None:
+            return batched
     if not share:
         return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     buffer = io.BytesIO()
@@ -299,6 +283,25 @@ def _dumps_plain(value: Any, share: bool = True) -> bytes | Pickled:
     _SharingPickler(buffer, strings).dump(value)
     data = buffer.getvalue()
     return Pickled(data, tuple(strings)) if strings else data
+
+
+def _dumps_batched(value: Any, models: list[Any], share: bool) -> Pickled | None:
+    """:func:`dumps` with ``models`` in a batch ahead of the value, or None when
+    something in their states could see a model half made (then each model is
+    unpickled through its own ``__setstate__``)."""
+    buffer = io.BytesIO()
+    strings: list[str] = []
+    pickler = _SharingPickler(buffer, strings) if share else _Pickler(buffer)
+    pickler.bare = {id(model) for model in models}
+    batch = _batch(models)
+    pickler.checking = True
+    pickler.dump(batch)
+    if pickler.foreign:
+        return None
+    pickler.checking = False
+    pickler.bare = set()
+    pickler.dump(value)
+    return Pickled(buffer.getvalue(), tuple(strings), models=True)
 
 
 def loads(pickled: bytes | Pickled) -> Any:

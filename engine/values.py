@@ -13,8 +13,9 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from deltalog.engine.cache import DecodedCache, HistoryCopies, gc_paused, may_hold_long_str
+from deltalog.engine.cache import DecodedCache, HistoryCopies, gc_paused
 from deltalog.engine.config import checkpoint_config
+from deltalog.engine.copies import may_hold_long_str
 from deltalog.engine.errors import InvalidInputError, SerdeMismatchError, UndecryptableValueError
 from deltalog.engine.store_rows import CheckpointRow, DeltaHistory, StoredValue, Typed, WriteRow
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, DeltaChannelHistory

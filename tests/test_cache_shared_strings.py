@@ -1,5 +1,5 @@
 """The caches hand out fresh copies of decoded values but share their long strings
-(cache.SHARED_STR_MIN): a ``str`` cannot be changed in place, so sharing one is
+(copies.SHARED_STR_MIN): a ``str`` cannot be changed in place, so sharing one is
 safe, and not copying it is most of a large-message seed's copy time."""
 
 from __future__ import annotations
@@ -9,13 +9,8 @@ import sys
 from typing import Any
 
 import ormsgpack
-from deltalog.engine.cache import (
-    SHARED_STR_MIN,
-    DecodedCache,
-    HistoryCopies,
-    may_hold_long_str,
-)
-from deltalog.engine.copies import shares
+from deltalog.engine.cache import DecodedCache, HistoryCopies
+from deltalog.engine.copies import SHARED_STR_MIN, may_hold_long_str, shares
 from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
