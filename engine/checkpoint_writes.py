@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 import ormsgpack
 from deltalog.engine import keys
@@ -28,11 +28,6 @@ from deltalog.engine.store_rows import (
     Typed,
     Version,
 )
-
-# Ancestors an ordinary put (new id above its parent's) checks for a parent
-# cycle: a loop of two puts naming each other. About 2 µs per step on the
-# 2-core VM, against 75 µs for a whole non-durable put; see _refuse_cycle.
-_QUICK_CYCLE_STEPS: Final = 2
 
 
 class CheckpointWrites(BlobWrites, ReadTxn):
@@ -76,8 +71,11 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         t = self.intern(keys.KIND_THREAD, thread_id)
         n = self.intern(keys.KIND_NS, checkpoint_ns)
         key = keys.checkpoint_key(t, n, cid)
-        latest = self.latest_key(t, n)
-        self._refuse_cycle(t, n, thread_id, checkpoint_id, parent_id, latest)
+        # The group's first key at or above this one: is it stored already, or
+        # inserted below a newer checkpoint? (One seek, where the group's latest
+        # key took two.)
+        above = self.key_from(keys.ns_prefix(t, n), key)
+        self._refuse_cycle(t, n, thread_id, checkpoint_id, parent_id)
         if parent_id is not None and keys.encode_id(parent_id) >= cid:
             # A link whose parent key is not below its own: from now on ordinary
             # puts of this namespace check the whole chain (see _refuse_cycle).
@@ -111,12 +109,11 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             # Interned like any stored channel: a name without an id is one
             # that nothing in the store holds (the delta walk relies on it).
             self.intern(keys.KIND_CHANNEL, channel)
-        if latest is not None and latest >= key:
+        if above is not None:
             # Overwritten, or inserted below a newer checkpoint: it may be the
-            # ancestor (or the missing parent) of a remembered history. (Only
-            # then can the key exist already.)
+            # ancestor (or the missing parent) of a remembered history.
             self.memo_groups.add((t, n))
-            old = self.txn.get(key, db=self.dbs.checkpoints)
+            old = self.txn.get(key, db=self.dbs.checkpoints) if above == key else None
             if old is not None:
                 where = f"checkpoints/{key.hex()}"
                 old_env = CheckpointEnvelope.unpack(self.codec.decode(old, where, key=key), where)
@@ -136,9 +133,12 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             run_id,
             list(delta),
             {c: list(typed) for c, typed in held.items()},
-            self._blobbed(t, n, channel_versions, held),
+            self._blobbed(t, n, channel_versions, held, {b.channel: b.version for b in blobs}),
         )
-        self.txn.put(key, self.codec.encode(record.pack(), key=key), db=self.dbs.checkpoints)
+        body = ormsgpack.packb(record.pack())
+        raw = self.codec.encode_body(body, key=key)
+        self.txn.put(key, raw, db=self.dbs.checkpoints)
+        self._remember_envelope(key, raw, ormsgpack.unpackb(body))
         if run_id is not None:
             self.txn.put(keys.run_key(keys.encode_run(run_id), t, n, cid), b"", db=self.dbs.runs)
 
@@ -167,13 +167,24 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         return len(found)
 
     def _blobbed(
-        self, t: int, n: int, versions: Mapping[str, Version], held: Mapping[str, Any]
+        self,
+        t: int,
+        n: int,
+        versions: Mapping[str, Version],
+        held: Mapping[str, Any],
+        stored: Mapping[str, Version],
     ) -> int:
-        """The ``blobbed`` mask of a record: which of its versions have a blob now (this
-        put's new blobs are stored already). One lookup per channel not held inline."""
+        """The ``blobbed`` mask of a record: which of its versions have a blob now.
+
+        ``stored`` are the blobs this put has stored already (or found stored:
+        :meth:`put_blob` leaves the key present either way); every other
+        channel not held inline costs one lookup."""
         mask = 0
         for i, (channel, version) in enumerate(versions.items()):
             if channel in held:
+                continue
+            if channel in stored and stored[channel] == version:
+                mask |= 1 << i
                 continue
             c = self.name_id(keys.KIND_CHANNEL, channel)
             blob = None if c is None else keys.blob_key(t, n, c, version)
@@ -222,7 +233,6 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         thread_id: str,
         checkpoint_id: str,
         parent_id: str | None,
-        latest: bytes | None,
     ) -> None:
         """Raise :class:`ParentCycleError` if storing ``checkpoint_id`` under ``parent_id``
         would close a parent cycle (R11); called before anything of the put is written.
@@ -233,23 +243,22 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         descendants. So:
 
         * a parent equal to the checkpoint is refused at once;
-        * a put whose parent key is below its own key and whose id is new (every
-          put the runtime makes: uuid6 ids grow with time) walks at most
-          ``_QUICK_CYCLE_STEPS`` (2) ancestors, so the cost stays constant;
-        * any other put (a parent key above its own, or an id that is stored
-          already and is being re-written) walks the parent chain from the
-          parent up to the root or a missing record, refusing when it reaches
-          the checkpoint itself. The walk visits each record of the
-          (thread, ns) at most once, so it costs at most one record read per
-          checkpoint of the namespace, on these rare puts only.
+        * a put whose parent key is below its own key (every put the runtime
+          makes: uuid6 ids grow with time), in a (thread, ns) where no record
+          has a parent key at least its own, cannot close a loop: every link
+          there, the new one too, goes down, so no parent chain returns to a
+          key it left. It reads nothing but the namespace's mark (below);
+        * any other put walks the parent chain from the parent up to the root
+          or a missing record, refusing when it reaches the checkpoint itself.
+          The walk visits each record of the (thread, ns) at most once, so it
+          costs at most one record read per checkpoint of the namespace.
 
-        The quick path is only safe while no record of the (thread, ns) has a
-        parent key at least its own: a loop through the new put needs such a
-        link. Every put that stores one sets the namespace's forward-link mark
-        (``keys.fwd_key``; the format-5 migration sets it for older stores), and
-        with the mark set every put walks the whole chain. (``latest`` is the
-        namespace's greatest key before this put: a key above it is new without
-        a lookup.)
+        Every put that stores a link whose parent key is at least its own sets
+        the namespace's forward-link mark (``keys.fwd_key``; the format-5
+        migration set it for older stores; copies and compaction carry it), and
+        with the mark set every put walks the whole chain. Until stop 32 the
+        first case walked two ancestors as well; they could never close a loop
+        (docs/benchmarks.md, stop 32).
         """
         if parent_id is None:
             return
@@ -262,19 +271,13 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             )
         prefix = keys.ns_prefix(t, n)
         key = prefix + keys.encode_id(checkpoint_id)
-        cursor: bytes | None = keys.encode_id(parent_id)
-        limit: int | None = None
-        if (
-            prefix + keys.encode_id(parent_id) < key
-            and (
-                latest is None or latest < key or self.txn.get(key, db=self.dbs.checkpoints) is None
-            )
-            and self.txn.get(keys.fwd_key(t, n), db=self.dbs.meta) is None
-        ):
-            limit = _QUICK_CYCLE_STEPS
+        pkey = prefix + keys.encode_id(parent_id)
+        if pkey < key and self.txn.get(keys.fwd_key(t, n), db=self.dbs.meta) is None:
+            return
+        cursor: bytes | None = pkey[len(prefix) :]
         chain = [key]  # keys: ids are decoded only for the error
         seen: set[bytes] = set()
-        while cursor is not None and (limit is None or len(seen) < limit):
+        while cursor is not None:
             pkey = prefix + cursor
             if pkey == key:
                 loop = " -> ".join(keys.decode_checkpoint_key(k)[2] for k in [*chain, key])
@@ -322,14 +325,14 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             (keys.write_key(t, n, cid, task_id, idx), channel, idx, value)
             for channel, idx, value in writes
         ]
-        latest = self.latest_key(t, n)
-        if latest is not None and latest > keys.checkpoint_key(t, n, cid):
+        ckey = keys.checkpoint_key(t, n, cid)
+        if self.key_from(keys.ns_prefix(t, n), ckey + b"\x00") is not None:
             # Writes under a checkpoint that has a newer one may belong to the
             # ancestor of a remembered history.
             self.memo_groups.add((t, n))
         source = None
         if INPUT_CHANNEL in task_path and any(len(v[1]) >= REF_MIN for _, _, v in writes):
-            source = self._input_of(keys.checkpoint_key(t, n, cid))
+            source = self._input_of(ckey)
         source_id = None if source is None else self.name_id(keys.KIND_CHANNEL, INPUT_CHANNEL)
         for i, (key, channel, idx, value) in enumerate(rows):
             c = self.intern(keys.KIND_CHANNEL, channel)

@@ -187,16 +187,37 @@ class TxnBase:
     def _envelope(self, key: bytes, raw: bytes) -> tuple[Any, dict[str, Version], dict[str, Any]]:
         """(parent bytes, channel versions, inline values) of checkpoint record ``raw``,
         through the store's envelope cache (shared dicts: read them, never change them)."""
-        envelopes = self.env.envelopes
-        cached = envelopes.get(raw)
+        cached = self.env.envelopes.get(raw)
         if cached is None:
             rec = self.codec.decode(raw, f"checkpoints/{key.hex()}", key=key)
-            if len(rec) <= VERSIONS or not isinstance(rec[VERSIONS], dict):
-                raise CorruptRecordError(
-                    f"record checkpoints/{key.hex()} has an unexpected shape (no versions map)"
-                )
-            cached = envelopes.put(raw, (rec[PARENT], rec[VERSIONS], inline_of(rec)))
+            cached = self._remember_envelope(key, raw, rec)
         return cached
+
+    def _remember_envelope(
+        self, key: bytes, raw: bytes, rec: Any
+    ) -> tuple[Any, dict[str, Version], dict[str, Any]]:
+        """Cache the envelope of checkpoint record ``raw``, whose decoded form is ``rec``.
+
+        A writer calls it with the record it just encoded (``rec`` unpacked from
+        the body it compressed, which is what a decode of ``raw`` returns), so
+        the next puts and the next walk find their parent's envelope without
+        the zstd call and the decode. Keyed by the bytes, so never stale."""
+        if len(rec) <= VERSIONS or not isinstance(rec[VERSIONS], dict):
+            raise CorruptRecordError(
+                f"record checkpoints/{key.hex()} has an unexpected shape (no versions map)"
+            )
+        return self.env.envelopes.put(raw, (rec[PARENT], rec[VERSIONS], inline_of(rec)))
+
+    def key_from(self, prefix: bytes, start: bytes) -> bytes | None:
+        """The smallest checkpoint key that starts with ``prefix`` and is at least
+        ``start``, or None: one cursor seek. ``start + b"\\x00"`` gives the smallest
+        key strictly above ``start``. (Each LMDB call releases the GIL, and with
+        many threads that costs a thread switch; see docs/benchmarks.md, stop 32.)"""
+        cur = self.txn.cursor(db=self.dbs.checkpoints)
+        if not cur.set_range(start):
+            return None
+        key: bytes = cur.key()
+        return key if key.startswith(prefix) else None
 
     def latest_key(self, t: int, n: int) -> bytes | None:
         """Key of the greatest checkpoint id in (thread, ns): one cursor seek (R4)."""

@@ -33,6 +33,7 @@ from deltalog.engine import (
     keys,
 )
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph.state import CompiledStateGraph
 
 from tests.checkpoints import at, checkpoint_id, put_values
@@ -590,6 +591,36 @@ def test_damaged_record_is_contained(make_saver: Callable[..., DeltaLogSaver]) -
         for p in report.problems
     ), report.problems
     assert not any(p.thread_id != "victim" for p in report.problems if p.severity == "error")
+
+
+@pytest.mark.parametrize("lost", ["kept", "new"])
+def test_a_lost_blob_is_damage_not_an_empty_channel(
+    lost: str, make_saver: Callable[..., DeltaLogSaver]
+) -> None:
+    """A value whose blob disappears reads as damage (the record's ``blobbed`` mask).
+
+    ``new`` is stored by the checkpoint's own put (its mask bit is set without a
+    lookup), ``kept`` by its parent's at the version the child keeps."""
+    saver = make_saver()
+    parent = put_values(saver, "t", {"kept": "k" * 2000})
+    kept_version = saver.get_tuple(parent).checkpoint["channel_versions"]["kept"]  # type: ignore[union-attr]
+    checkpoint = empty_checkpoint()
+    new_version = saver.get_next_version(None, None)
+    checkpoint["channel_values"] = {"kept": "k" * 2000, "new": "n" * 2000}
+    checkpoint["channel_versions"] = {"kept": kept_version, "new": new_version}
+    child = saver.put(parent, checkpoint, {"source": "loop", "step": 0}, {"new": new_version})
+    found = saver.get_tuple(child)
+    assert found is not None and set(found.checkpoint["channel_values"]) == {"kept", "new"}
+    version = {"kept": kept_version, "new": new_version}[lost]
+    with saver.env.read() as r:
+        ids = r.ids("t", "")
+        channel = r.name_id(keys.KIND_CHANNEL, lost)
+    assert ids is not None and channel is not None
+    key = keys.blob_key(*ids, channel, version)
+    handle = saver.env.db("blobs")
+    assert saver.env.write(lambda w: w.delete_prefix(handle, key)) == 1
+    with pytest.raises(CorruptRecordError, match=f"channel {lost!r} .* no blob holds it"):
+        saver.get_tuple(child)
 
 
 # -- damaged files ----------------------------------------------------------------------------

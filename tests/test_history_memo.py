@@ -378,6 +378,30 @@ def test_overwritten_and_late_inserted_checkpoints(
     assert saver.env.memo.hits > hits
 
 
+def test_a_missing_parent_stored_below_the_newest_key(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """A parent stored after its child's history was remembered (a new key, not the greatest).
+
+    Nothing else changes in between, so only the put's own report (its key is
+    below a stored one) can tell the memo that the child's walk now goes on.
+    """
+    saver = make_saver()
+    _put(saver, 1, None, "1")
+    _write(saver, 1, "r")
+    _write(saver, 2, "early")  # under 2, which is not stored yet
+    _put(saver, 5, 2, "5")
+    _put(saver, 6, 5, "6")
+    for _ in range(2):
+        assert message_ids(assert_same(saver, at("t", _id(6)))) == []
+    hits = saver.env.memo.hits
+    assert hits > 0
+    _put(saver, 2, 1, "2")
+    for _ in range(2):
+        assert message_ids(assert_same(saver, at("t", _id(6)))) == ["r", "early"]
+    assert saver.env.memo.hits > hits
+
+
 def test_a_blob_committed_while_a_reader_walks_an_older_snapshot(
     make_saver: Callable[..., DeltaLogSaver],
 ) -> None:
