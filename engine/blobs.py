@@ -332,7 +332,7 @@ class BlobReads(TxnBase):
         raw = self.txn.get(ckey, db=self.dbs.checkpoints)
         if raw is None:
             return None
-        _, versions, inline = self._envelope(ckey, raw)
+        _, versions, inline, _ = self._envelope(ckey, raw)
         if channel_id is None:
             channel, channel_id = INPUT_CHANNEL, self.name_id(keys.KIND_CHANNEL, INPUT_CHANNEL)
         else:

@@ -393,8 +393,8 @@ class PayloadCache:
 
 
 class EnvelopeCache:
-    """Parent id, channel versions and inline values of checkpoint records, keyed by
-    the record bytes.
+    """Parent id, channel versions, inline values and ``blobbed`` mask of checkpoint
+    records, keyed by the record bytes.
 
     The delta walk needs only these fields of each ancestor; decoding the
     whole record (CRC, zstd, msgpack) costs several µs an ancestor, a dict
@@ -406,13 +406,13 @@ class EnvelopeCache:
 
     def __init__(self, max_entries: int = 50_000) -> None:
         self.max_entries = max_entries
-        self._entries: dict[bytes, tuple[Any, Any, Any]] = {}
+        self._entries: dict[bytes, tuple[Any, Any, Any, Any]] = {}
 
-    def get(self, record: bytes) -> tuple[Any, Any, Any] | None:
-        """The cached (parent, versions, inline values) of ``record``."""
+    def get(self, record: bytes) -> tuple[Any, Any, Any, Any] | None:
+        """The cached (parent, versions, inline values, blob mask) of ``record``."""
         return self._entries.get(record)
 
-    def put(self, record: bytes, envelope: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+    def put(self, record: bytes, envelope: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
         """Remember ``envelope`` for ``record``; return it."""
         if len(self._entries) >= self.max_entries:
             self._entries.clear()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import ormsgpack
@@ -50,6 +50,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         inline: Mapping[str, Typed] | None = None,
         carry: Sequence[str] = (),
         passed: Mapping[str, Typed] | None = None,
+        minted: bool = False,
     ) -> None:
         """Store a checkpoint record, its new blobs and its run-index entry.
 
@@ -64,6 +65,10 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         takes ``passed[channel]``, the caller's own small value (serialized), if any,
         else the value another record of the namespace holds at that version
         (:meth:`_held_elsewhere`).
+
+        ``minted`` (the saver's own puts): every version not in ``carry`` is new
+        in this put, so one without a value here has no blob of this
+        checkpoint's (see :meth:`_blobbed`).
         """
         cid = keys.encode_id(checkpoint_id)
         if parent_id is not None:
@@ -83,19 +88,31 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         for blob in blobs:
             self.put_blob(t, n, blob.channel, blob.version, blob.value, before=cid)
         held = dict(inline or {})
+        # Mask bits known without a lookup (see _blobbed): this put's own blobs
+        # (put_blob leaves each key present) and the parent's bits of the
+        # versions kept from it.
+        known: dict[str, bool] = {
+            b.channel: True for b in blobs if channel_versions.get(b.channel) == b.version
+        }
         if carry:
             pversions: dict[str, Version] = {}
             pinline: dict[str, Any] = {}
+            pmask: int | None = None
             if parent_id is not None:
                 pkey = keys.checkpoint_key(t, n, keys.encode_id(parent_id))
                 praw = self.txn.get(pkey, db=self.dbs.checkpoints)
                 if praw is not None:
-                    _, pversions, pinline = self._envelope(pkey, praw)
+                    _, pversions, pinline, pmask = self._envelope(pkey, praw)
+            pbits = (
+                {} if pmask is None else {c: bool(pmask >> i & 1) for i, c in enumerate(pversions)}
+            )
             unsettled: dict[str, Version] = {}
             for channel in carry:
                 if channel in pversions and pversions[channel] == channel_versions[channel]:
                     # The parent settles it: its inline value, else a blob or empty.
                     typed = pinline.get(channel)
+                    if channel in pbits:
+                        known.setdefault(channel, pbits[channel])
                 else:
                     typed = passed.get(channel) if passed is not None else None
                     if typed is None and channel not in delta:
@@ -133,7 +150,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             run_id,
             list(delta),
             {c: list(typed) for c, typed in held.items()},
-            self._blobbed(t, n, channel_versions, held, {b.channel: b.version for b in blobs}),
+            self._blobbed(t, n, channel_versions, held, known, set(carry) if minted else None),
         )
         body = ormsgpack.packb(record.pack())
         raw = self.codec.encode_body(body, key=key)
@@ -172,19 +189,32 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         n: int,
         versions: Mapping[str, Version],
         held: Mapping[str, Any],
-        stored: Mapping[str, Version],
+        known: Mapping[str, bool],
+        kept: Collection[str] | None,
     ) -> int:
-        """The ``blobbed`` mask of a record: which of its versions have a blob now.
+        """The ``blobbed`` mask of a record: which of its versions have a blob.
 
-        ``stored`` are the blobs this put has stored already (or found stored:
-        :meth:`put_blob` leaves the key present either way); every other
-        channel not held inline costs one lookup."""
+        A read that finds no blob at a version whose bit is set raises
+        :class:`CorruptRecordError` instead of reading an empty channel; reads
+        look the blob up either way, so a clear bit only leaves that check out.
+        ``known`` are bits found without a lookup: this put's own blobs (set:
+        :meth:`put_blob` left the key present) and the versions the record
+        keeps from its parent (the parent's bits: a blob it had stays while a
+        record refers to it). With ``kept`` (the channels whose version this put
+        did not mint), a minted version without a value here gets a clear bit:
+        only a blob another put stored under the same new version could be
+        there. Every other channel not held inline costs one lookup.
+        """
         mask = 0
         for i, (channel, version) in enumerate(versions.items()):
             if channel in held:
                 continue
-            if channel in stored and stored[channel] == version:
-                mask |= 1 << i
+            bit = known.get(channel)
+            if bit is None and kept is not None and channel not in kept:
+                bit = False
+            if bit is not None:
+                if bit:
+                    mask |= 1 << i
                 continue
             c = self.name_id(keys.KIND_CHANNEL, channel)
             blob = None if c is None else keys.blob_key(t, n, c, version)
@@ -217,7 +247,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         if not todo:
             return found
         for key, raw in self.iter_checkpoint_keys(keys.ns_prefix(t, n), start=None, reverse=True):
-            _, versions, inline = self._envelope(key, raw)
+            _, versions, inline, _ = self._envelope(key, raw)
             for channel in [c for c, v in todo.items() if c in inline and versions.get(c) == v]:
                 ctype, payload = inline[channel]
                 found[channel] = (ctype, payload)

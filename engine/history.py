@@ -133,7 +133,7 @@ class HistoryReads(BlobReads):
             if raw is None:
                 break
             try:
-                parent, versions, inline = self._envelope(key, raw)
+                parent, versions, inline, _ = self._envelope(key, raw)
                 seeds: dict[str, StoredValue] = {}
                 for channel in walk.remaining:
                     version = versions.get(channel)

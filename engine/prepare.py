@@ -146,6 +146,7 @@ def prepare_put(
             inline=inline,
             carry=carry,
             passed=passed,
+            minted=True,
         )
 
     return op, checkpoint_config(thread_id, checkpoint_ns, checkpoint_id)

@@ -22,6 +22,7 @@ from deltalog.engine.envelope import (
     PARENT,
     VERSIONS,
     CheckpointEnvelope,
+    blobbed_of,
     inline_of,
     read_format_version,
 )
@@ -70,6 +71,12 @@ class Dbs:
     item_ns: Any = None
     item_vectors: Any = None
     item_ttl: Any = None
+
+
+#: What the envelope cache keeps of a checkpoint record: parent (encoded id
+#: bytes, or a str id in older records), channel versions, inline values and
+#: the ``blobbed`` mask (None before format 5).
+Envelope = tuple[Any, dict[str, Version], dict[str, Any], int | None]
 
 
 def prefix_end(prefix: bytes) -> bytes:
@@ -184,18 +191,17 @@ class TxnBase:
             blobbed=env.blobbed,
         )
 
-    def _envelope(self, key: bytes, raw: bytes) -> tuple[Any, dict[str, Version], dict[str, Any]]:
-        """(parent bytes, channel versions, inline values) of checkpoint record ``raw``,
-        through the store's envelope cache (shared dicts: read them, never change them)."""
+    def _envelope(self, key: bytes, raw: bytes) -> Envelope:
+        """(parent bytes, channel versions, inline values, ``blobbed`` mask or None) of
+        checkpoint record ``raw``, through the store's envelope cache (shared dicts:
+        read them, never change them)."""
         cached = self.env.envelopes.get(raw)
         if cached is None:
             rec = self.codec.decode(raw, f"checkpoints/{key.hex()}", key=key)
             cached = self._remember_envelope(key, raw, rec)
         return cached
 
-    def _remember_envelope(
-        self, key: bytes, raw: bytes, rec: Any
-    ) -> tuple[Any, dict[str, Version], dict[str, Any]]:
+    def _remember_envelope(self, key: bytes, raw: bytes, rec: Any) -> Envelope:
         """Cache the envelope of checkpoint record ``raw``, whose decoded form is ``rec``.
 
         A writer calls it with the record it just encoded (``rec`` unpacked from
@@ -206,7 +212,9 @@ class TxnBase:
             raise CorruptRecordError(
                 f"record checkpoints/{key.hex()} has an unexpected shape (no versions map)"
             )
-        return self.env.envelopes.put(raw, (rec[PARENT], rec[VERSIONS], inline_of(rec)))
+        return self.env.envelopes.put(
+            raw, (rec[PARENT], rec[VERSIONS], inline_of(rec), blobbed_of(rec))
+        )
 
     def key_from(self, prefix: bytes, start: bytes) -> bytes | None:
         """The smallest checkpoint key that starts with ``prefix`` and is at least

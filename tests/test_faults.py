@@ -33,7 +33,7 @@ from deltalog.engine import (
     keys,
 )
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base import ChannelVersions, empty_checkpoint
 from langgraph.graph.state import CompiledStateGraph
 
 from tests.checkpoints import at, checkpoint_id, put_values
@@ -599,19 +599,34 @@ def test_a_lost_blob_is_damage_not_an_empty_channel(
 ) -> None:
     """A value whose blob disappears reads as damage (the record's ``blobbed`` mask).
 
-    ``new`` is stored by the checkpoint's own put (its mask bit is set without a
-    lookup), ``kept`` by its parent's at the version the child keeps."""
+    ``new`` is stored by the checkpoint's own put, ``kept`` by its parent's at
+    the version the child keeps: its bit comes from the parent's mask, where
+    it sits after a version without a value and so at another position."""
     saver = make_saver()
-    parent = put_values(saver, "t", {"kept": "k" * 2000})
-    kept_version = saver.get_tuple(parent).checkpoint["channel_versions"]["kept"]  # type: ignore[union-attr]
+    parent_checkpoint = empty_checkpoint()
+    parent_versions: ChannelVersions = {
+        c: saver.get_next_version(None, None) for c in ("empty", "kept")
+    }
+    parent_checkpoint["channel_values"] = {"kept": "k" * 2000}
+    parent_checkpoint["channel_versions"] = dict(parent_versions)
+    parent = saver.put(
+        {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+        parent_checkpoint,
+        {"source": "input", "step": -1},
+        parent_versions,
+    )
     checkpoint = empty_checkpoint()
     new_version = saver.get_next_version(None, None)
     checkpoint["channel_values"] = {"kept": "k" * 2000, "new": "n" * 2000}
-    checkpoint["channel_versions"] = {"kept": kept_version, "new": new_version}
+    checkpoint["channel_versions"] = {
+        "kept": parent_versions["kept"],
+        "new": new_version,
+        "empty": parent_versions["empty"],
+    }
     child = saver.put(parent, checkpoint, {"source": "loop", "step": 0}, {"new": new_version})
     found = saver.get_tuple(child)
     assert found is not None and set(found.checkpoint["channel_values"]) == {"kept", "new"}
-    version = {"kept": kept_version, "new": new_version}[lost]
+    version = {"kept": parent_versions["kept"], "new": new_version}[lost]
     with saver.env.read() as r:
         ids = r.ids("t", "")
         channel = r.name_id(keys.KIND_CHANNEL, lost)
@@ -621,6 +636,30 @@ def test_a_lost_blob_is_damage_not_an_empty_channel(
     assert saver.env.write(lambda w: w.delete_prefix(handle, key)) == 1
     with pytest.raises(CorruptRecordError, match=f"channel {lost!r} .* no blob holds it"):
         saver.get_tuple(child)
+
+
+def test_a_lost_blob_under_a_missing_parent_is_damage(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """A version kept from a parent that is not stored: its blob (another checkpoint's)
+    is looked up for the mask, so losing it reads as damage too."""
+    saver = make_saver()
+    first = put_values(saver, "t", {"kept": "k" * 2000})
+    kept = saver.get_tuple(first).checkpoint["channel_versions"]["kept"]  # type: ignore[union-attr]
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"kept": "k" * 2000}
+    checkpoint["channel_versions"] = {"kept": kept}
+    orphan = saver.put(at("t", "1f0a0000-0000-6000-8000-000000000000"), checkpoint, {}, {})
+    assert saver.get_tuple(orphan).checkpoint["channel_values"] == {"kept": "k" * 2000}  # type: ignore[union-attr]
+    with saver.env.read() as r:
+        ids = r.ids("t", "")
+        channel = r.name_id(keys.KIND_CHANNEL, "kept")
+    assert ids is not None and channel is not None
+    handle = saver.env.db("blobs")
+    key = keys.blob_key(*ids, channel, kept)
+    assert saver.env.write(lambda w: w.delete_prefix(handle, key)) == 1
+    with pytest.raises(CorruptRecordError, match=r"channel 'kept' .* no blob holds it"):
+        saver.get_tuple(orphan)
 
 
 # -- damaged files ----------------------------------------------------------------------------

@@ -50,7 +50,7 @@ def last_reference(saver: DeltaLogSaver) -> tuple[bytes, bytes, bytes]:
     key, _, _ = references(saver)[-1]
     ckey = keys.write_checkpoint_key(key)
     with saver.env.read() as r:
-        _, versions, _ = r._envelope(ckey, r.txn.get(ckey, db=r.dbs.checkpoints))
+        _, versions, _, _ = r._envelope(ckey, r.txn.get(ckey, db=r.dbs.checkpoints))
         (t, n), _ = keys.split_ids(ckey, 2)
         c = r.name_id(keys.KIND_CHANNEL, INPUT_CHANNEL)
         assert c is not None
