@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ormsgpack
@@ -89,11 +89,14 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             self.put_blob(t, n, blob.channel, blob.version, blob.value, before=cid)
         held = dict(inline or {})
         # Mask bits known without a lookup (see _blobbed): this put's own blobs
-        # (put_blob leaves each key present) and the parent's bits of the
-        # versions kept from it.
+        # (put_blob leaves each key present), the parent's bits of the versions
+        # kept from it, and (minted) clear bits for new versions without a value.
         known: dict[str, bool] = {
             b.channel: True for b in blobs if channel_versions.get(b.channel) == b.version
         }
+        if minted:
+            for channel in channel_versions.keys() - set(carry):
+                known.setdefault(channel, False)
         if carry:
             pversions: dict[str, Version] = {}
             pinline: dict[str, Any] = {}
@@ -150,7 +153,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             run_id,
             list(delta),
             {c: list(typed) for c, typed in held.items()},
-            self._blobbed(t, n, channel_versions, held, known, set(carry) if minted else None),
+            self._blobbed(t, n, channel_versions, held, known),
         )
         body = ormsgpack.packb(record.pack())
         raw = self.codec.encode_body(body, key=key)
@@ -190,7 +193,6 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         versions: Mapping[str, Version],
         held: Mapping[str, Any],
         known: Mapping[str, bool],
-        kept: Collection[str] | None,
     ) -> int:
         """The ``blobbed`` mask of a record: which of its versions have a blob.
 
@@ -198,20 +200,18 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         :class:`CorruptRecordError` instead of reading an empty channel; reads
         look the blob up either way, so a clear bit only leaves that check out.
         ``known`` are bits found without a lookup: this put's own blobs (set:
-        :meth:`put_blob` left the key present) and the versions the record
-        keeps from its parent (the parent's bits: a blob it had stays while a
-        record refers to it). With ``kept`` (the channels whose version this put
-        did not mint), a minted version without a value here gets a clear bit:
-        only a blob another put stored under the same new version could be
-        there. Every other channel not held inline costs one lookup.
+        :meth:`put_blob` left the key present), the versions the record keeps
+        from its parent (the parent's bits: a blob it had stays while a record
+        refers to it) and, on the saver's own puts (``minted``), the versions it
+        mints without a value (clear: only a blob another put stored under the
+        same new version could be there). Every other channel not held inline
+        costs one lookup.
         """
         mask = 0
         for i, (channel, version) in enumerate(versions.items()):
             if channel in held:
                 continue
             bit = known.get(channel)
-            if bit is None and kept is not None and channel not in kept:
-                bit = False
             if bit is not None:
                 if bit:
                     mask |= 1 << i

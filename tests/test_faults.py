@@ -593,6 +593,17 @@ def test_damaged_record_is_contained(make_saver: Callable[..., DeltaLogSaver]) -
     assert not any(p.thread_id != "victim" for p in report.problems if p.severity == "error")
 
 
+def _lose_blob(saver: DeltaLogSaver, channel: str, version: str | int | float) -> None:
+    """Delete the blob of thread "t"'s ``channel`` at ``version`` (as damage would)."""
+    with saver.env.read() as r:
+        ids = r.ids("t", "")
+        c = r.name_id(keys.KIND_CHANNEL, channel)
+    assert ids is not None and c is not None
+    key = keys.blob_key(*ids, c, version)
+    handle = saver.env.db("blobs")
+    assert saver.env.write(lambda w: w.delete_prefix(handle, key)) == 1
+
+
 @pytest.mark.parametrize("lost", ["kept", "new"])
 def test_a_lost_blob_is_damage_not_an_empty_channel(
     lost: str, make_saver: Callable[..., DeltaLogSaver]
@@ -626,14 +637,7 @@ def test_a_lost_blob_is_damage_not_an_empty_channel(
     child = saver.put(parent, checkpoint, {"source": "loop", "step": 0}, {"new": new_version})
     found = saver.get_tuple(child)
     assert found is not None and set(found.checkpoint["channel_values"]) == {"kept", "new"}
-    version = {"kept": parent_versions["kept"], "new": new_version}[lost]
-    with saver.env.read() as r:
-        ids = r.ids("t", "")
-        channel = r.name_id(keys.KIND_CHANNEL, lost)
-    assert ids is not None and channel is not None
-    key = keys.blob_key(*ids, channel, version)
-    handle = saver.env.db("blobs")
-    assert saver.env.write(lambda w: w.delete_prefix(handle, key)) == 1
+    _lose_blob(saver, lost, {"kept": parent_versions["kept"], "new": new_version}[lost])
     with pytest.raises(CorruptRecordError, match=f"channel {lost!r} .* no blob holds it"):
         saver.get_tuple(child)
 
@@ -651,13 +655,7 @@ def test_a_lost_blob_under_a_missing_parent_is_damage(
     checkpoint["channel_versions"] = {"kept": kept}
     orphan = saver.put(at("t", "1f0a0000-0000-6000-8000-000000000000"), checkpoint, {}, {})
     assert saver.get_tuple(orphan).checkpoint["channel_values"] == {"kept": "k" * 2000}  # type: ignore[union-attr]
-    with saver.env.read() as r:
-        ids = r.ids("t", "")
-        channel = r.name_id(keys.KIND_CHANNEL, "kept")
-    assert ids is not None and channel is not None
-    handle = saver.env.db("blobs")
-    key = keys.blob_key(*ids, channel, kept)
-    assert saver.env.write(lambda w: w.delete_prefix(handle, key)) == 1
+    _lose_blob(saver, "kept", kept)
     with pytest.raises(CorruptRecordError, match=r"channel 'kept' .* no blob holds it"):
         saver.get_tuple(orphan)
 
