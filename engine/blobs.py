@@ -539,6 +539,7 @@ class BlobWrites(WriteBase, BlobReads):
         self.memo_blobs.append((t, n, key))
         if len(typed[1]) >= DELTA_MIN:
             self.env.payloads.put(record, typed)
+            self.large_blobs.append((record, typed))
 
     def _recent_writes(
         self, prefix: bytes, cbytes: bytes, before: bytes, budget: int

@@ -34,19 +34,30 @@ cap. Growth is in proportion to what was missed, not a doubling: on the
 200-turn ``add_messages`` chat a few re-reads of ~800-byte input payloads,
 evicted by ~125 KB message blobs that are never read again, doubled the
 payload budget to its 64 MiB cap, and peak RSS rose from 124 to 149 MiB.
+
+A seed a put has just written is decoded ahead (:meth:`DecodedCache.prefill`):
+:data:`PREFILL_DELAY` after its commit, on one background thread, unless a
+reader asks for it first (that reader then decodes it itself, as before). The
+first read after a seed turn was the serde's decode of the whole list (20 ms
+for the 1,000-turn chat's 2,000 messages, against 5 ms for a copy; stop 33 in
+docs/benchmarks.md); when the application pauses between turns, as a chat
+does, that decode now happens in the pause.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import os
+import queue
 import sys
 import sysconfig
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Final, Generic, TypeVar
 
 from deltalog.engine import copies
@@ -54,6 +65,7 @@ from deltalog.engine.copies import Pickled
 from deltalog.engine.errors import OptionError
 
 __all__ = [
+    "PREFILL_DELAY",
     "CachePolicy",
     "DecodedCache",
     "EnvelopeCache",
@@ -194,6 +206,76 @@ class GrowingBudget:
             self.limit = min(self.cap, self.limit + 2 * cost)
 
 
+#: How long after a seed's commit :meth:`DecodedCache.prefill` starts decoding it.
+#: The invoke that wrote it still has ~1.5 ms of LangGraph's own work after its
+#: last put; a decode started at once would hold the GIL in its way (the
+#: interpreter hands the GIL over every 5 ms). A reader that comes sooner
+#: decodes the seed itself, as without a prefill.
+PREFILL_DELAY: Final = 0.02
+#: At most this many prefills wait at once (each holds its serialized value);
+#: more are dropped, and their first reader decodes them.
+PREFILL_MAX: Final = 8
+#: A reader that finds its record being prefilled waits this long at most,
+#: then decodes it itself.
+PREFILL_WAIT: Final = 10.0
+
+
+@dataclass(eq=False)
+class _Prefill:
+    """A decode :meth:`DecodedCache.prefill` queued: claimed by whoever starts it first."""
+
+    cache: DecodedCache
+    record: bytes
+    decode: Callable[[bytes], Any]
+    share: Callable[[], bool] | None
+    due: float
+    pid: int = field(default_factory=os.getpid)
+    running: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class _PrefillThread:
+    """The one daemon thread that runs queued prefills, each at its due time.
+
+    Started on first use, and again in a child after fork(). A daemon: the
+    interpreter does not wait for queued prefills at exit.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[_Prefill] | None = None
+        self._pid = 0
+
+    def submit(self, job: _Prefill) -> None:
+        q = self._queue
+        if q is None or self._pid != os.getpid():
+            with self._lock:
+                if self._queue is None or self._pid != os.getpid():
+                    self._queue = queue.SimpleQueue()
+                    self._pid = os.getpid()
+                    threading.Thread(
+                        target=self._serve,
+                        args=(self._queue,),
+                        name="deltalog-prefill",
+                        daemon=True,
+                    ).start()
+                q = self._queue
+        q.put(job)
+
+    @staticmethod
+    def _serve(q: queue.SimpleQueue[_Prefill]) -> None:
+        while True:
+            job = q.get()
+            wait = job.due - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            with contextlib.suppress(Exception):  # the thread serves the next ones
+                job.cache._run_prefill(job)
+
+
+_PREFILL_THREAD: Final = _PrefillThread()
+
+
 def _loads(pickled: bytes | Pickled) -> Any:
     """A fresh copy of what :func:`~deltalog.engine.copies.dumps` pickled, made
     with the GC paused."""
@@ -232,6 +314,9 @@ class DecodedCache:
         # caches a value one read early).
         self._seen: OrderedDict[int, None] = OrderedDict()
         self.seen_max = seen_max
+        # Records queued for a prefill (decoded ahead on the prefill thread).
+        self._prefills: dict[bytes, _Prefill] = {}
+        self.prefilled = 0
         self._lock = threading.Lock()
 
     def load(
@@ -259,23 +344,39 @@ class DecodedCache:
         """
         if not self.max_bytes or (len(record) if size is None else size) < self.min_record:
             return decode(record)
-        first = False
-        with self._lock:
-            pickled = self._entries.get(record)
-            if pickled is not None:
-                self._entries.move_to_end(record)
-                self.hits += 1
-            else:
-                self.misses += 1
-                self.budget.missed(record)
-                key = hash(record)
-                first = not reused and key not in self._seen
-                if first:
-                    self._seen[key] = None
-                    if len(self._seen) > self.seen_max:
-                        self._seen.popitem(last=False)
+        waited = False
+        while True:
+            first = False
+            running = None
+            with self._lock:
+                pickled = self._entries.get(record)
+                if pickled is not None:
+                    self._entries.move_to_end(record)
+                    self.hits += 1
                 else:
-                    self._seen.pop(key, None)
+                    job = self._prefills.get(record)
+                    if job is not None and job.running and not waited and job.pid == os.getpid():
+                        running = job
+                    else:
+                        if job is not None and not job.running:
+                            # Not started yet: this reader decodes it instead.
+                            del self._prefills[record]
+                            reused = True
+                        self.misses += 1
+                        self.budget.missed(record)
+                        key = hash(record)
+                        first = not reused and key not in self._seen
+                        if first:
+                            self._seen[key] = None
+                            if len(self._seen) > self.seen_max:
+                                self._seen.popitem(last=False)
+                        else:
+                            self._seen.pop(key, None)
+            if running is None:
+                break
+            # Being decoded on the prefill thread: its result, not a second decode.
+            running.done.wait(PREFILL_WAIT)
+            waited = True
         if pickled is not None:
             return _loads(pickled)
         value = decode(record)
@@ -285,10 +386,16 @@ class DecodedCache:
             pickled = copies.dumps(value, share is None or share())
         except Exception:  # unpicklable value: correct, just not cached
             return value
+        self._admit(record, pickled)
+        # The caller gets the freshly decoded object; the cache keeps its own pickle.
+        return value
+
+    def _admit(self, record: bytes, pickled: bytes | Pickled) -> None:
+        """Keep ``pickled`` for ``record`` if the budget admits it, evicting the oldest entries."""
         cost = len(record) + copies.size(pickled)
         with self._lock:
             if not self.budget.admit(cost):
-                return value
+                return
             if record not in self._entries:
                 self._entries[record] = pickled
                 self.size += cost
@@ -297,14 +404,73 @@ class DecodedCache:
                 old_cost = len(old_key) + copies.size(old_value)
                 self.size -= old_cost
                 self.budget.evicted(old_key, old_cost)
-        # The caller gets the freshly decoded object; the cache keeps its own pickle.
-        return value
+
+    def prefill(
+        self,
+        record: bytes,
+        decode: Callable[[bytes], Any],
+        size: int | None = None,
+        *,
+        share: Callable[[], bool] | None = None,
+    ) -> bool:
+        """Decode ``record`` in the background and cache it, for a value that will be read next.
+
+        The decode starts :data:`PREFILL_DELAY` from now on the prefill
+        thread. A reader that asks for ``record`` before then decodes it
+        itself (and caches it, as with ``reused``); one that asks while it
+        runs waits for its result instead of decoding it again. A decode that
+        raises caches nothing: the reader's own decode then raises.
+
+        Args:
+            record: The stored record (the cache key), committed.
+            decode: Decodes it; runs on another thread.
+            size: As for :meth:`load`.
+            share: As for :meth:`load`.
+
+        Returns:
+            Whether a prefill was queued: not when the cache is off, the value
+            is small, it is cached or queued already, or :data:`PREFILL_MAX`
+            prefills are waiting.
+        """
+        if not self.max_bytes or (len(record) if size is None else size) < self.min_record:
+            return False
+        with self._lock:
+            if record in self._entries or record in self._prefills:
+                return False
+            if len(self._prefills) >= PREFILL_MAX:
+                return False
+            job = _Prefill(self, record, decode, share, time.monotonic() + PREFILL_DELAY)
+            self._prefills[record] = job
+        _PREFILL_THREAD.submit(job)
+        return True
+
+    def _run_prefill(self, job: _Prefill) -> None:
+        """Run a queued prefill on the prefill thread, unless a reader claimed it."""
+        with self._lock:
+            if self._prefills.get(job.record) is not job:
+                return
+            job.running = True
+        try:
+            with gc_paused():
+                value = job.decode(job.record)
+                pickled = copies.dumps(value, job.share is None or job.share())
+            del value
+            self._admit(job.record, pickled)
+            self.prefilled += 1
+        except Exception:  # the reader decodes it and sees the error itself
+            pass
+        finally:
+            with self._lock:
+                if self._prefills.get(job.record) is job:
+                    del self._prefills[job.record]
+            job.done.set()
 
     def clear(self) -> None:
         """Drop every entry."""
         with self._lock:
             self._entries.clear()
             self._seen.clear()
+            self._prefills.clear()
             self.size = 0
 
 

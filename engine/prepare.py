@@ -57,8 +57,11 @@ def prepare_put(
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
-) -> tuple[Callable[[WriteTxn], None], RunnableConfig]:
+) -> tuple[Callable[[WriteTxn], list[tuple[bytes, Typed]]], RunnableConfig]:
     """The write op of :meth:`~deltalog.engine.DeltaLogSaver.put` and the config it returns.
+
+    The op returns the ``(record, typed)`` of each large value it stored
+    (:func:`~deltalog.engine.values.prefill` decodes the seeds among them ahead).
 
     Raises:
         ConfigError: No usable ``thread_id``.
@@ -131,7 +134,7 @@ def prepare_put(
             if held_inline(values[c], typed):
                 passed[c] = typed
 
-    def op(w: WriteTxn) -> None:
+    def op(w: WriteTxn) -> list[tuple[bytes, Typed]]:
         w.put_checkpoint(
             thread_id,
             checkpoint_ns,
@@ -148,6 +151,7 @@ def prepare_put(
             passed=passed,
             minted=True,
         )
+        return w.large_blobs
 
     return op, checkpoint_config(thread_id, checkpoint_ns, checkpoint_id)
 

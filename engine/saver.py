@@ -73,7 +73,7 @@ from deltalog.engine.store_rows import (
     WriteRow,
 )
 from deltalog.engine.summaries import channel_sizes, thread_summaries
-from deltalog.engine.values import decode_histories, dumps, load, loads, to_tuple
+from deltalog.engine.values import decode_histories, dumps, load, loads, prefill, to_tuple
 from deltalog.engine.write_txn import WriteTxn
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -424,7 +424,7 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
             InvalidInputError: An unserializable value, a bad id or version.
         """
         op, out = prepare_put(self.serde, config, checkpoint, metadata, new_versions)
-        self.env.write(op, history_safe=True)
+        prefill(self.serde, self.cache, self.env.write(op, history_safe=True))
         return out
 
     def put_writes(
@@ -781,7 +781,7 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
     ) -> RunnableConfig:
         """Async :meth:`put`: serializes now, commits (and fsyncs) off the event loop."""
         op, out = prepare_put(self.serde, config, checkpoint, metadata, new_versions)
-        await self._in_writer(op, history_safe=True)
+        prefill(self.serde, self.cache, await self._in_writer(op, history_safe=True))
         return out
 
     async def aput_writes(

@@ -39,6 +39,7 @@ from deltalog.engine.names import (
 )
 from deltalog.engine.store_rows import (
     CheckpointRow,
+    Typed,
     Version,
 )
 
@@ -312,6 +313,9 @@ class WriteBase(TxnBase):
         # the history memo before the commit, see Environment._run_batch).
         self.memo_groups: set[tuple[int, int]] = set()
         self.memo_blobs: list[tuple[int, int, bytes]] = []
+        # Each large value this op stored, as (record, typed): the saver
+        # decodes its seeds ahead (DecodedCache.prefill) once committed.
+        self.large_blobs: list[tuple[bytes, Typed]] = []
         # Set by every mutation other than putting checkpoints, writes and new
         # blobs (which report what they change above): the commit then counts as
         # changing every remembered history, whatever the op declared.

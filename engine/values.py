@@ -28,6 +28,7 @@ __all__ = [
     "history_writes",
     "load",
     "loads",
+    "prefill",
     "seed_like",
     "serde_mismatch",
     "to_tuple",
@@ -84,6 +85,26 @@ def load(
         reused=reused,
         share=functools.partial(may_hold_long_str, *value.typed),
     )
+
+
+def prefill(
+    serde: SerializerProtocol, cache: DecodedCache, written: Sequence[tuple[bytes, Typed]]
+) -> None:
+    """Queue the decode of each seed among a committed put's large values (``(record,
+    typed)``, :meth:`DecodedCache.prefill`): the next turn reads it, and the
+    serde's decode of a whole message list is the slowest read there is."""
+    for record, typed in written:
+        if seed_like(typed):
+            cache.prefill(
+                record,
+                functools.partial(_decode, serde, typed),
+                len(typed[1]),
+                share=functools.partial(may_hold_long_str, *typed),
+            )
+
+
+def _decode(serde: SerializerProtocol, typed: Typed, record: bytes) -> Any:
+    return loads(serde, typed)
 
 
 def loads(serde: SerializerProtocol, typed: Typed, what: str = "a stored value") -> Any:
