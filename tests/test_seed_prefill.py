@@ -8,6 +8,8 @@ decoded a seed: the reader, or the prefill before it.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -220,3 +222,51 @@ def test_prefill_queues_only_what_a_read_would_cache(monkeypatch: pytest.MonkeyP
         r[:4] for r in records[:PREFILL_MAX]
     ]
     assert cache.hits == hits + PREFILL_MAX
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+@pytest.mark.timeout(60)
+def test_a_forked_child_decodes_what_the_parent_had_queued(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After fork() the parent's prefill thread is gone: a child's reader decodes a
+    record the parent was prefilling or had queued (no wait for a thread that is
+    not there), and the child's own prefills run on a thread of its own."""
+    monkeypatch.setattr(cache_mod, "PREFILL_DELAY", 0.0)
+    started, release = threading.Event(), threading.Event()
+
+    def held(record: bytes) -> bytes:
+        if os.getpid() == parent:
+            started.set()
+            assert release.wait(30)
+        return bytes(record[:4])
+
+    def decode(record: bytes) -> bytes:
+        return bytes(record[:4])
+
+    parent = os.getpid()
+    cache = DecodedCache()
+    running, queued, fresh = (bytes([i]) * 4096 for i in (1, 2, 3))
+    assert cache.prefill(running, held)
+    assert started.wait(20)  # the parent's thread is busy with it
+    assert cache.prefill(queued, decode)
+    pid = os.fork()
+    if pid == 0:  # the child: its exit status says what happened
+        signal.alarm(5)  # a reader waiting for the parent's thread (10 s) gets killed
+        try:
+            ok = cache.load(running, decode) == running[:4]
+            ok = ok and cache.load(queued, decode) == queued[:4]
+            ok = ok and cache.prefill(fresh, decode)
+            deadline = time.monotonic() + 4
+            while cache.prefilled < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os._exit(0 if ok and cache.prefilled == 1 else 3)
+        except BaseException:
+            os._exit(4)
+    try:
+        _, status = os.waitpid(pid, 0)
+    finally:
+        release.set()
+    assert os.waitstatus_to_exitcode(status) == 0
+    _wait_for(lambda: not cache._prefills, "the parent's prefills")
+    assert cache.prefilled == 2
