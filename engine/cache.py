@@ -60,7 +60,7 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any, Final, Generic, TypeVar
 
-from deltalog.engine import copies
+from deltalog.engine import codec, copies
 from deltalog.engine.copies import Pickled
 from deltalog.engine.errors import OptionError
 
@@ -227,6 +227,7 @@ class _Prefill:
     cache: DecodedCache
     record: bytes
     decode: Callable[[bytes], Any]
+    size: int
     share: Callable[[], bool] | None
     due: float
     pid: int = field(default_factory=os.getpid)
@@ -432,14 +433,15 @@ class DecodedCache:
             is small, it is cached or queued already, or :data:`PREFILL_MAX`
             prefills are waiting.
         """
-        if not self.max_bytes or (len(record) if size is None else size) < self.min_record:
+        size = len(record) if size is None else size
+        if not self.max_bytes or size < self.min_record:
             return False
         with self._lock:
             if record in self._entries or record in self._prefills:
                 return False
             if len(self._prefills) >= PREFILL_MAX:
                 return False
-            job = _Prefill(self, record, decode, share, time.monotonic() + PREFILL_DELAY)
+            job = _Prefill(self, record, decode, size, share, time.monotonic() + PREFILL_DELAY)
             self._prefills[record] = job
         _PREFILL_THREAD.submit(job)
         return True
@@ -464,6 +466,10 @@ class DecodedCache:
                 if self._prefills.get(job.record) is job:
                     del self._prefills[job.record]
             job.done.set()
+        if job.size >= codec.TRIM_MIN:
+            # The decoded value is freed, but glibc keeps its pages in this
+            # thread's own arena (docs/benchmarks.md, stop 33).
+            codec.malloc_trim()
 
     def clear(self) -> None:
         """Drop every entry."""

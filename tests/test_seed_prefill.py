@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deltalog.engine import DeltaLogSaver
+from deltalog.engine import DeltaLogSaver, codec
 from deltalog.engine import cache as cache_mod
 from deltalog.engine.cache import PREFILL_MAX, DecodedCache
 from deltalog.engine.values import seed_like
@@ -270,3 +270,30 @@ def test_a_forked_child_decodes_what_the_parent_had_queued(
     assert os.waitstatus_to_exitcode(status) == 0
     _wait_for(lambda: not cache._prefills, "the parent's prefills")
     assert cache.prefilled == 2
+
+
+def test_a_large_prefill_trims_the_allocator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After decoding a value of TRIM_MIN bytes or more the prefill thread calls
+    malloc_trim(0) once (the decoded value's pages stay in its glibc arena
+    otherwise); after a smaller one it does not."""
+    calls: list[str] = []
+
+    def trim(pad: int) -> int:
+        calls.append(threading.current_thread().name)
+        return 1
+
+    monkeypatch.setattr(cache_mod, "PREFILL_DELAY", 0.0)
+    monkeypatch.setattr(codec._Trim, "looked_up", True)
+    monkeypatch.setattr(codec._Trim, "fn", trim)
+    cache = DecodedCache()
+
+    def decode(record: bytes) -> bytes:
+        return bytes(record[:4])
+
+    assert cache.prefill(b"s" * 4096, decode)
+    _wait_for(lambda: cache.prefilled == 1, "the small prefill")
+    time.sleep(0.05)
+    assert calls == []
+    assert cache.prefill(b"L" * codec.TRIM_MIN, decode)
+    _wait_for(lambda: calls != [], "the trim after the large prefill")
+    assert calls == ["deltalog-prefill"]
