@@ -218,6 +218,10 @@ PREFILL_MAX: Final = 8
 #: A reader that finds its record being prefilled waits this long at most,
 #: then decodes it itself.
 PREFILL_WAIT: Final = 10.0
+#: Seeds are prefilled only while the cache has served a read within this many
+#: seconds: a bulk load (``deltalog migrate`` into a store, a script that only
+#: writes) would decode every seed it writes for no reader.
+PREFILL_RECENT: Final = 60.0
 
 
 @dataclass(eq=False)
@@ -318,6 +322,7 @@ class DecodedCache:
         # Records queued for a prefill (decoded ahead on the prefill thread).
         self._prefills: dict[bytes, _Prefill] = {}
         self.prefilled = 0
+        self._last_read: float | None = None
         self._lock = threading.Lock()
 
     def load(
@@ -343,6 +348,7 @@ class DecodedCache:
                 hold long strings (:func:`~deltalog.engine.copies.may_hold_long_str`); False pickles it
                 plainly. None: it may.
         """
+        self._last_read = time.monotonic()
         if not self.max_bytes or (len(record) if size is None else size) < self.min_record:
             return decode(record)
         waited = False
@@ -430,11 +436,16 @@ class DecodedCache:
 
         Returns:
             Whether a prefill was queued: not when the cache is off, the value
-            is small, it is cached or queued already, or :data:`PREFILL_MAX`
-            prefills are waiting.
+            is small, the cache served no read in the last
+            :data:`PREFILL_RECENT` seconds (nobody is reading: a bulk load),
+            it is cached or queued already, or :data:`PREFILL_MAX` prefills
+            are waiting.
         """
         size = len(record) if size is None else size
         if not self.max_bytes or size < self.min_record:
+            return False
+        last = self._last_read
+        if last is None or time.monotonic() - last > PREFILL_RECENT:
             return False
         with self._lock:
             if record in self._entries or record in self._prefills:

@@ -208,6 +208,7 @@ def test_prefill_queues_only_what_a_read_would_cache(monkeypatch: pytest.MonkeyP
 
     assert not DecodedCache(max_bytes=0).prefill(big, decode)
     cache = DecodedCache()
+    assert not cache.prefill(big, decode)  # it served no read yet: nobody reads
     assert not cache.prefill(b"x" * 100, decode)
     for _ in range(2):  # cached on its second decode
         cache.load(big, decode)
@@ -222,6 +223,32 @@ def test_prefill_queues_only_what_a_read_would_cache(monkeypatch: pytest.MonkeyP
         r[:4] for r in records[:PREFILL_MAX]
     ]
     assert cache.hits == hits + PREFILL_MAX
+    monkeypatch.setattr(cache_mod, "PREFILL_RECENT", 0.05)
+    time.sleep(0.1)  # no read for longer than PREFILL_RECENT
+    assert not cache.prefill(b"y" * 4096, decode)
+    cache.load(b"r", decode)
+    assert cache.prefill(b"y" * 4096, decode)
+    _wait_for(lambda: not cache._prefills, "the last prefill")
+
+
+def test_a_store_only_written_decodes_no_seed_ahead(tmp_path: Path) -> None:
+    """A bulk load (here `migrate` into a fresh store, which reads nothing from it)
+    prefills nothing: no reader would use the decodes."""
+    from deltalog.engine.migrate import migrate
+
+    source = InMemorySaver()
+    graph = chat_graph(SF).compile(checkpointer=source)
+    for turn in range(TURNS):
+        graph.invoke({"messages": [human(turn)]}, cfg("t"))
+    serde = SeedCountingSerde()
+    with DeltaLogSaver.from_path(tmp_path / "s", serde=serde) as target:
+        migrate(source, target, verify=False)
+        assert not target.cache._prefills  # none queued
+        time.sleep(0.2)  # past PREFILL_DELAY
+        assert "deltalog-prefill" not in serde.seed_loads
+        assert target.cache.prefilled == 0
+        after = chat_graph(SF).compile(checkpointer=target)
+        assert observe(after.get_state(cfg("t"))) == _expected(TURNS)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
@@ -246,6 +273,7 @@ def test_a_forked_child_decodes_what_the_parent_had_queued(
 
     parent = os.getpid()
     cache = DecodedCache()
+    cache.load(b"r", decode)  # a cache nobody reads prefills nothing
     running, queued, fresh = (bytes([i]) * 4096 for i in (1, 2, 3))
     assert cache.prefill(running, held)
     assert started.wait(20)  # the parent's thread is busy with it
@@ -290,6 +318,7 @@ def test_a_large_prefill_trims_the_allocator(monkeypatch: pytest.MonkeyPatch) ->
     def decode(record: bytes) -> bytes:
         return bytes(record[:4])
 
+    cache.load(b"r", decode)  # a cache nobody reads prefills nothing
     assert cache.prefill(b"s" * 4096, decode)
     _wait_for(lambda: cache.prefilled == 1, "the small prefill")
     time.sleep(0.05)
