@@ -74,13 +74,9 @@ def load(
 ) -> Any:
     """Decode a stored channel value through the cache (a private copy per caller);
     ``reused`` as for :meth:`DecodedCache.load`."""
-
-    def decode(record: bytes) -> Any:
-        return loads(serde, value.typed)
-
     return cache.load(
         value.record,
-        decode,
+        functools.partial(_decode, serde, value.typed),
         len(value.typed[1]),
         reused=reused,
         share=functools.partial(may_hold_long_str, *value.typed),
@@ -104,6 +100,7 @@ def prefill(
 
 
 def _decode(serde: SerializerProtocol, typed: Typed, record: bytes) -> Any:
+    """The cache's decode of ``record``: the serde's of the payload it holds, ``typed``."""
     return loads(serde, typed)
 
 

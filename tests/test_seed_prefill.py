@@ -8,6 +8,7 @@ decoded a seed: the reader, or the prefill before it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import threading
@@ -21,8 +22,10 @@ from deltalog.engine import DeltaLogSaver, codec
 from deltalog.engine import cache as cache_mod
 from deltalog.engine.cache import PREFILL_MAX, DecodedCache
 from deltalog.engine.values import seed_like
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph.state import CompiledStateGraph
 
 from tests.graphs import cfg, chat_graph, human, observe
 
@@ -68,11 +71,18 @@ def _idle(saver: DeltaLogSaver) -> None:
     _wait_for(lambda: not saver.cache._prefills, "the queued prefills")
 
 
-def _expected(turns: int) -> dict[str, Any]:
-    reference = chat_graph(SF).compile(checkpointer=InMemorySaver())
+def _chat(saver: BaseCheckpointSaver[Any], turns: int) -> CompiledStateGraph[Any]:
+    """The chat graph on ``saver``, after ``turns`` turns of thread "t"."""
+    graph = chat_graph(SF).compile(checkpointer=saver)
     for turn in range(turns):
-        reference.invoke({"messages": [human(turn)]}, cfg("t"))
-    return observe(reference.get_state(cfg("t")))
+        graph.invoke({"messages": [human(turn)]}, cfg("t"))
+    return graph
+
+
+@functools.cache
+def _expected(turns: int) -> dict[str, Any]:
+    """What InMemorySaver's ``get_state`` shows after ``turns`` turns (compared, never changed)."""
+    return observe(_chat(InMemorySaver(), turns).get_state(cfg("t")))
 
 
 def test_the_seed_of_the_last_turn_is_read_from_the_prefill(tmp_path: Path) -> None:
@@ -80,9 +90,7 @@ def test_the_seed_of_the_last_turn_is_read_from_the_prefill(tmp_path: Path) -> N
     what the prefill decoded: the serde decodes it once, on the prefill thread."""
     serde = SeedCountingSerde()
     with DeltaLogSaver.from_path(tmp_path / "s", serde=serde) as saver:
-        graph = chat_graph(SF).compile(checkpointer=saver)
-        for turn in range(TURNS):
-            graph.invoke({"messages": [human(turn)]}, cfg("t"))
+        graph = _chat(saver, TURNS)
         _wait_for(lambda: saver.cache.prefilled >= 1, "the prefill of the last seed")
         _idle(saver)
         serde.seed_loads.clear()
@@ -120,9 +128,7 @@ def test_a_reader_before_the_delay_decodes_the_seed_itself(
     monkeypatch.setattr(cache_mod, "PREFILL_DELAY", 1.0)
     serde = SeedCountingSerde()
     with DeltaLogSaver.from_path(tmp_path / "s", serde=serde) as saver:
-        graph = chat_graph(SF).compile(checkpointer=saver)
-        for turn in range(TURNS - 1):
-            graph.invoke({"messages": [human(turn)]}, cfg("t"))
+        graph = _chat(saver, TURNS - 1)
         _idle(saver)
         prefilled = saver.cache.prefilled
         graph.invoke({"messages": [human(TURNS - 1)]}, cfg("t"))
@@ -144,9 +150,7 @@ def test_a_reader_during_the_prefill_waits_for_it(
     monkeypatch.setattr(cache_mod, "PREFILL_DELAY", 0.0)
     serde = SeedCountingSerde()
     with DeltaLogSaver.from_path(tmp_path / "s", serde=serde) as saver:
-        graph = chat_graph(SF).compile(checkpointer=saver)
-        for turn in range(TURNS - 1):
-            graph.invoke({"messages": [human(turn)]}, cfg("t"))
+        graph = _chat(saver, TURNS - 1)
         _idle(saver)
         serde.hold_prefill = True
         graph.invoke({"messages": [human(TURNS - 1)]}, cfg("t"))
@@ -170,9 +174,7 @@ def test_a_failed_prefill_leaves_the_decode_to_the_reader(
     monkeypatch.setattr(cache_mod, "PREFILL_DELAY", 0.0)
     serde = SeedCountingSerde()
     with DeltaLogSaver.from_path(tmp_path / "s", serde=serde) as saver:
-        graph = chat_graph(SF).compile(checkpointer=saver)
-        for turn in range(TURNS - 1):
-            graph.invoke({"messages": [human(turn)]}, cfg("t"))
+        graph = _chat(saver, TURNS - 1)
         _idle(saver)
         serde.fail_prefill = True
         prefilled = saver.cache.prefilled
@@ -188,9 +190,7 @@ def test_a_failed_prefill_leaves_the_decode_to_the_reader(
 def test_no_prefill_without_the_cache(tmp_path: Path) -> None:
     serde = SeedCountingSerde()
     with DeltaLogSaver.from_path(tmp_path / "s", serde=serde, cache_bytes=0) as saver:
-        graph = chat_graph(SF).compile(checkpointer=saver)
-        for turn in range(TURNS):
-            graph.invoke({"messages": [human(turn)]}, cfg("t"))
+        graph = _chat(saver, TURNS)
         time.sleep(0.1)
         assert "deltalog-prefill" not in serde.seed_loads
         assert saver.cache.prefilled == 0
@@ -237,9 +237,7 @@ def test_a_store_only_written_decodes_no_seed_ahead(tmp_path: Path) -> None:
     from deltalog.engine.migrate import migrate
 
     source = InMemorySaver()
-    graph = chat_graph(SF).compile(checkpointer=source)
-    for turn in range(TURNS):
-        graph.invoke({"messages": [human(turn)]}, cfg("t"))
+    _chat(source, TURNS)
     serde = SeedCountingSerde()
     with DeltaLogSaver.from_path(tmp_path / "s", serde=serde) as target:
         migrate(source, target, verify=False)
