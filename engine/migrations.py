@@ -41,6 +41,10 @@ step        what changes on disk
             (:func:`compact_write_keys`); a damaged one stays where it is.
             Format 7 also adds write records that refer to the input their
             checkpoint stored instead of holding a copy (none is rewritten)
+7 → 8       nothing is rewritten: format 8 only adds splice deltas, blobs
+            stored as runs copied from their base plus the bytes between
+            (:mod:`deltalog.engine.splice`); the zstd deltas of format 7 and
+            before still read
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only
@@ -93,7 +97,7 @@ Migration = Callable[[Any, NameDbs, RecordCodec], None]
 
 
 def _records_only_added(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
-    """Formats 2 and 3 only add record shapes that older stores lack: nothing to rewrite."""
+    """Formats 2, 3 and 8 only add record shapes that older stores lack: nothing to rewrite."""
 
 
 def checksum_names(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
@@ -323,6 +327,7 @@ MIGRATIONS: Final[tuple[tuple[int, int, Migration], ...]] = (
     (4, 5, format_5),
     (5, 6, format_6),
     (6, 7, compact_write_keys),
+    (7, 8, _records_only_added),
 )
 
 

@@ -67,6 +67,7 @@ LAYERS: dict[str, str] = {
     # format and pure logic: key bytes, record codec, plans and walks
     "deltalog.engine.keys": "format",
     "deltalog.engine.codec": "format",
+    "deltalog.engine.splice": "format",
     "deltalog.engine.envelope": "format",
     "deltalog.engine.core": "format",
     "deltalog.engine.memory_chunks": "format",
