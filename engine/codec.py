@@ -1011,13 +1011,10 @@ class RecordCodec:
         try:
             if head.splice is None:
                 return [head.type, self.compressor.decompress_with_base(head.packed, base, writes)]
-            tail, runs = head.splice[0], list(head.splice[1:])
-            if tail > len(base):
-                raise ValueError(f"the literal's dictionary needs {tail} base bytes")
-            literal = self.compressor.decompress_with_base(
-                head.packed, base[len(base) - tail :], writes
-            )
-            return [head.type, splice_apply(runs, base, literal, what)]
+            # One codec-thread job, like a zstd delta's: the rebuilt value is as
+            # large as the base, and its buffers belong in that thread's arena.
+            value = _on_codec_thread(self._unsplice, head.packed, head.splice, base, writes, what)
+            return [head.type, value]
         except CorruptRecordError:
             raise
         except Exception as exc:
@@ -1025,6 +1022,16 @@ class RecordCodec:
                 f"record {what} cannot be decoded ({type(exc).__name__}: {exc}); run "
                 "`deltalog verify` to list damaged records and restore them from a backup"
             ) from exc
+
+    def _unsplice(
+        self, packed: bytes, splice: tuple[int, ...], base: bytes, writes: bytes, what: str
+    ) -> bytes:
+        """The value of a splice delta (:meth:`decode_delta`), on the codec thread."""
+        tail, runs = splice[0], list(splice[1:])
+        if tail > len(base):
+            raise ValueError(f"the literal's dictionary needs {tail} base bytes")
+        literal = self.compressor.decompress_with_base(packed, base[len(base) - tail :], writes)
+        return splice_apply(runs, base, literal, what)
 
     def raw_size(
         self, data: bytes, what: str, *, prefix: bytes = b"", key: bytes | None = None
