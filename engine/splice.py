@@ -38,9 +38,9 @@ __all__ = [
 
 #: The shortest run copied from the base: a shorter common stretch stays literal.
 SPLICE_ANCHOR: Final = 32
-#: Positions of the new value tried, one after another, to find the base again
-#: after a mismatch (a length field in a header is a few bytes).
-SPLICE_SCAN: Final = 64
+#: Offsets after a mismatch at which an anchor of the new value is looked for
+#: to find the base again (a length field in a header is a few bytes).
+SPLICE_TRIES: Final = (0, 8, 16, 32, 64)
 #: How far around the base position a new anchor is looked for (the base bytes
 #: a removed or replaced message took).
 SPLICE_REACH: Final = 64 * 1024
@@ -71,17 +71,27 @@ def _common(new: bytes, i: int, base: memoryview, j: int) -> int:
 
 
 def _resync(new: bytes, i: int, base: bytes, j: int) -> tuple[int, int] | None:
-    """The next (new position, base position) at which SPLICE_ANCHOR bytes agree,
-    trying the next SPLICE_SCAN positions of ``new``, each within SPLICE_REACH of
-    ``j`` in ``base`` (the nearest match at or after ``j`` first, then before it)."""
+    """The next (new position, base position) at which SPLICE_ANCHOR bytes agree.
+
+    Anchors are taken at :data:`SPLICE_TRIES` offsets after ``i`` and looked for
+    within SPLICE_REACH of ``j`` in ``base`` (the nearest match at or after ``j``
+    first, then before it); a match found is then extended back towards ``i``
+    over the bytes that agree too, so a changed field of up to
+    ``SPLICE_TRIES[-1]`` bytes costs a few searches, not one per byte."""
     lo, hi = max(0, j - SPLICE_REACH), min(len(base), j + SPLICE_REACH)
-    for a in range(i, min(i + SPLICE_SCAN, len(new) - SPLICE_ANCHOR + 1)):
+    for off in SPLICE_TRIES:
+        a = i + off
+        if a + SPLICE_ANCHOR > len(new):
+            return None
         anchor = new[a : a + SPLICE_ANCHOR]
         k = base.find(anchor, j, hi)  # the nearest ahead, else the nearest behind
         if k < 0:
             k = base.rfind(anchor, lo, j + SPLICE_ANCHOR - 1)
         if k >= 0:
-            return a, k
+            back = 0
+            while back < off and back < k and new[a - back - 1] == base[k - back - 1]:
+                back += 1
+            return a - back, k - back
     return None
 
 

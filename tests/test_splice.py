@@ -61,6 +61,20 @@ def test_a_removed_stretch_in_the_middle_is_stepped_over() -> None:
     assert splice_apply(runs, base, splice_literal(new, runs), "t") == new
 
 
+@pytest.mark.parametrize("width", [1, 3, 7, 8, 9, 31, 33, 63, 64])
+def test_a_changed_field_costs_exactly_its_bytes(width: int) -> None:
+    """A count or length rewritten in place (any width up to the last try): the
+    run resumes right after it, not at the anchor that found the base again."""
+    base = os.urandom(100_000)
+    at = 50_000
+    changed = bytes(b ^ 0xFF for b in base[at : at + width])
+    new = base[:at] + changed + base[at + width :]
+    runs, copied = splice_runs(new, base)
+    assert copied == len(base) - width
+    assert len(splice_literal(new, runs)) == width
+    assert splice_apply(runs, base, splice_literal(new, runs), "t") == new
+
+
 def test_unrelated_bytes_copy_nothing() -> None:
     base, new = os.urandom(50_000), os.urandom(50_000)
     runs, copied = splice_runs(new, base)
