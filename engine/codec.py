@@ -37,11 +37,12 @@ tag   body
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import os
 import threading
 import zlib
 from collections.abc import Callable
-from typing import Any, Final, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
 import ormsgpack
 import zstandard
@@ -63,6 +64,8 @@ __all__ = [
     "leaf_max",
     "rekey",
 ]
+
+_R = TypeVar("_R")
 
 TAG_PLAIN: Final = 0x00
 TAG_ZSTD: Final = 0x01
@@ -423,7 +426,7 @@ class _CodecThread:
         self._pid = 0
         self._ident: int | None = None
 
-    def run(self, fn: Callable[..., bytes], *args: Any) -> bytes:
+    def run(self, fn: Callable[..., _R], *args: Any) -> _R:
         if threading.get_ident() == self._ident:
             return fn(*args)
         pool = self._pool
@@ -452,10 +455,10 @@ class _CodecThread:
 _CODEC_THREAD: Final = _CodecThread()
 
 
-def _on_codec_thread(fn: Callable[..., bytes], *args: Any) -> bytes:
+def _on_codec_thread(fn: Callable[..., _R], *args: Any) -> _R:
     """``fn(*args)`` run on the codec thread (see :class:`_CodecThread`), and the
     allocator trimmed after a large one (see :func:`_trim_after`)."""
-    return _CODEC_THREAD.run(_trim_after, fn, *args)
+    return _CODEC_THREAD.run(functools.partial(_trim_after, fn), *args)
 
 
 # Codec jobs whose inputs reach this many bytes trim the allocator after them.
@@ -491,7 +494,7 @@ def malloc_trim() -> None:
         trim(0)
 
 
-def _trim_after(fn: Callable[..., bytes], *args: Any) -> bytes:
+def _trim_after(fn: Callable[..., _R], *args: Any) -> _R:
     """``fn(*args)``, then, when its inputs were large, ``malloc_trim(0)``.
 
     The zstd context and the copy of the base a snapshot delta builds are freed
@@ -925,12 +928,12 @@ class RecordCodec:
             if writes is not None and len(writes.content) >= WRITES_LARGE
             else DELTA_LEVEL
         )
-        runs, copied = splice_runs(typed[1], base) if base else ([], 0)
-        if copied >= SPLICE_SHARE * len(typed[1]):
-            near = base[len(base) - min(len(base), SPLICE_TAIL) :]
-            literal = splice_literal(typed[1], runs)
-            packed = self.compressor.compress_with_base(literal, near, level, tail)
-            header_items.append([len(near), *runs])
+        # One codec-thread job, like a zstd delta's: the splice's copies of the
+        # base's tail and of the literal belong in that thread's arena too.
+        spliced = _on_codec_thread(self._splice, typed[1], base, level, tail) if base else None
+        if spliced is not None:
+            packed, splice = spliced
+            header_items.append(splice)
         else:
             packed = self.compressor.compress_with_base(typed[1], base, level, tail)
         header = ormsgpack.packb(header_items)
@@ -938,6 +941,19 @@ class RecordCodec:
             return None
         framed = bytes((TAG_DELTA,)) + len(header).to_bytes(4, "big") + header + packed
         return _seal(framed, key, b"")
+
+    def _splice(
+        self, value: bytes, base: bytes, level: int, tail: bytes
+    ) -> tuple[bytes, list[int]] | None:
+        """A splice of ``value`` against ``base`` (:meth:`encode_delta`): the
+        compressed literal and the header's ``[tail, *runs]``; None when the runs
+        copy less than :data:`SPLICE_SHARE` of the value. On the codec thread."""
+        runs, copied = splice_runs(value, base)
+        if copied < SPLICE_SHARE * len(value):
+            return None
+        near = base[len(base) - min(len(base), SPLICE_TAIL) :]
+        literal = splice_literal(value, runs)
+        return self.compressor.compress_with_base(literal, near, level, tail), [len(near), *runs]
 
     def delta_header(
         self, data: bytes, what: str, *, key: bytes | None = None

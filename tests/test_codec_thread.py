@@ -12,9 +12,11 @@ import random
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-from deltalog.engine import codec
+from deltalog.engine import codec, splice
 from deltalog.engine.codec import ZstdCompressor
 
 
@@ -57,11 +59,40 @@ def test_deltas_run_on_one_codec_thread_and_round_trip() -> None:
     assert len(seen) == 1 and next(iter(seen)).startswith("deltalog-codec")
 
 
+def test_splices_are_made_and_rebuilt_on_the_codec_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A splice's runs, its literal and the rebuilt value (as large as the base)
+    come from the codec thread, not the caller's: their buffers stay in its arena."""
+    seen: dict[str, set[str]] = {"runs": set(), "apply": set()}
+
+    def spy(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            seen[name].add(threading.current_thread().name)
+            return fn(*args)
+
+        return run
+
+    monkeypatch.setattr(codec, "splice_runs", spy("runs", splice.splice_runs))
+    monkeypatch.setattr(codec, "splice_apply", spy("apply", splice.splice_apply))
+    rc = codec.RecordCodec()
+    base, _ = _pair(1)
+    typed = ("msgpack", base + b"new tail")
+    record = rc.encode_delta(typed, base, b"ref", 1, key=b"k")
+    assert record is not None
+    head = rc.delta_header(record, "t", key=b"k")
+    assert head is not None and head.splice is not None
+    assert rc.decode_delta(head, base, "t") == list(typed)
+    assert seen["runs"] == seen["apply"] and len(seen["runs"]) == 1
+    assert next(iter(seen["runs"])).startswith("deltalog-codec")
+
+
 def test_a_job_submitted_from_the_codec_thread_runs_inline() -> None:
     """A nested call does not wait on itself."""
 
+    def bang(data: bytes) -> bytes:
+        return data + b"!"
+
     def nested(data: bytes) -> bytes:
-        return codec._on_codec_thread(lambda d: d + b"!", data)
+        return codec._on_codec_thread(bang, data)
 
     assert codec._on_codec_thread(nested, b"x") == b"x!"
 
