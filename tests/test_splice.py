@@ -26,9 +26,10 @@ from deltalog.engine.splice import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from langchain_core.messages import AnyMessage, HumanMessage, RemoveMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from .graphs import cfg, chat_graph, history, human
+from .graphs import cfg, chat_graph, history, human, varied_text
 
 
 def _grown(base: bytes, header: bytes, added: bytes) -> bytes:
@@ -239,6 +240,51 @@ def test_a_chat_stores_its_large_blobs_as_splices_and_reads_as_in_memory(
                 g.invoke({"messages": [human(turn)]}, cfg("t"))
         splices, _ = _splices(saver)
         assert splices >= 5
+        assert history(graph, cfg("t")) == history(memory, cfg("t"))
+    with DeltaLogSaver.from_path(tmp_path / "s", cache_bytes=0) as fresh:
+        again = chat_graph(sf).compile(checkpointer=fresh)
+        assert history(again, cfg("t")) == history(memory, cfg("t"))
+        assert fresh.verify(deep=True).ok
+
+
+def _edited_input(turn: int, messages: list[AnyMessage]) -> list[Any]:
+    """Turn ``turn``'s input: a question, and (from turn 8) by turn modulo 4 nothing,
+    a message removed from the middle, one rewritten under its id (another
+    length), or the three oldest trimmed."""
+    rng = random.Random(turn)
+    edit: list[Any] = []
+    if turn >= 8:
+        middle = messages[len(messages) // 4 : 3 * len(messages) // 4]
+        op = turn % 4
+        if op == 1:
+            edit = [RemoveMessage(id=str(rng.choice(middle).id))]
+        elif op == 2:
+            text = f"rewritten at {turn}: " + varied_text(turn, rng.randrange(5, 60))
+            edit = [HumanMessage(content=text, id=rng.choice(middle).id)]
+        elif op == 3:
+            edit = [RemoveMessage(id=str(m.id)) for m in messages[:3]]
+    return [*edit, human(turn)]
+
+
+@pytest.mark.parametrize("sf", [5, None])
+def test_edited_message_lists_splice_and_read_as_in_memory(sf: int | None, tmp_path: Path) -> None:
+    """Messages removed from the middle, rewritten under their ids (so the list
+    shrinks or grows inside) and trimmed at the front: the splices step over
+    the changes (some copy two runs or more), and every state equals
+    InMemorySaver's, again from a fresh open with no cache."""
+    memory = chat_graph(sf).compile(checkpointer=InMemorySaver())
+    with DeltaLogSaver.from_path(tmp_path / "s") as saver:
+        graph = chat_graph(sf).compile(checkpointer=saver)
+        for turn in range(48):
+            messages = memory.get_state(cfg("t")).values.get("messages", [])
+            for g in (graph, memory):
+                g.invoke({"messages": _edited_input(turn, messages)}, cfg("t"))
+        resumed = 0
+        for key, raw in saver.env.iter_db("blobs"):
+            head = saver.env.codec.delta_header(raw, "t", key=key)
+            if head is not None and head.splice is not None:
+                resumed += sum(1 for n in head.splice[3::3] if n) >= 2
+        assert resumed >= 3
         assert history(graph, cfg("t")) == history(memory, cfg("t"))
     with DeltaLogSaver.from_path(tmp_path / "s", cache_bytes=0) as fresh:
         again = chat_graph(sf).compile(checkpointer=fresh)
