@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -211,17 +212,35 @@ def test_a_splice_record_whose_runs_lie_is_reported_not_decoded(splice: list[Any
         codec.decode_delta(head, base, "blobs/00")
 
 
-def _splices(saver: DeltaLogSaver) -> tuple[int, int]:
-    """(splice deltas, zstd deltas) among the saver's blob records."""
-    splices = zstd = 0
-    for key, raw in saver.env.iter_db("blobs"):
-        head = saver.env.codec.delta_header(raw, "t", key=key)
-        if head is not None:
-            if head.splice is None:
-                zstd += 1
-            else:
-                splices += 1
-    return splices, zstd
+def _chat_reads_as_in_memory(
+    sf: int | None,
+    path: Path,
+    turns: int,
+    turn_input: Callable[[int, list[AnyMessage]], list[Any]],
+) -> list[tuple[int, ...]]:
+    """Run a chat (``chat_graph(sf)``) on DeltaLogSaver and InMemorySaver side by
+    side, each turn's input from ``turn_input(turn, InMemorySaver's messages)``;
+    check every state of the history equals InMemorySaver's, again from a fresh
+    open with no cache, and that verify passes. Returns the splice items
+    (``[tail, *runs]``) of the store's blob records."""
+    memory = chat_graph(sf).compile(checkpointer=InMemorySaver())
+    with DeltaLogSaver.from_path(path) as saver:
+        graph = chat_graph(sf).compile(checkpointer=saver)
+        for turn in range(turns):
+            messages = memory.get_state(cfg("t")).values.get("messages", [])
+            for g in (graph, memory):
+                g.invoke({"messages": turn_input(turn, messages)}, cfg("t"))
+        splices = []
+        for key, raw in saver.env.iter_db("blobs"):
+            head = saver.env.codec.delta_header(raw, "t", key=key)
+            if head is not None and head.splice is not None:
+                splices.append(head.splice)
+        assert history(graph, cfg("t")) == history(memory, cfg("t"))
+    with DeltaLogSaver.from_path(path, cache_bytes=0) as fresh:
+        again = chat_graph(sf).compile(checkpointer=fresh)
+        assert history(again, cfg("t")) == history(memory, cfg("t"))
+        assert fresh.verify(deep=True).ok
+    return splices
 
 
 @pytest.mark.parametrize("sf", [5, None])
@@ -232,19 +251,8 @@ def test_a_chat_stores_its_large_blobs_as_splices_and_reads_as_in_memory(
     whole list every step): their large blobs are splices, every state of the
     history equals InMemorySaver's, again from a fresh open with no cache, and
     verify passes."""
-    memory = chat_graph(sf).compile(checkpointer=InMemorySaver())
-    with DeltaLogSaver.from_path(tmp_path / "s") as saver:
-        graph = chat_graph(sf).compile(checkpointer=saver)
-        for turn in range(40):
-            for g in (graph, memory):
-                g.invoke({"messages": [human(turn)]}, cfg("t"))
-        splices, _ = _splices(saver)
-        assert splices >= 5
-        assert history(graph, cfg("t")) == history(memory, cfg("t"))
-    with DeltaLogSaver.from_path(tmp_path / "s", cache_bytes=0) as fresh:
-        again = chat_graph(sf).compile(checkpointer=fresh)
-        assert history(again, cfg("t")) == history(memory, cfg("t"))
-        assert fresh.verify(deep=True).ok
+    splices = _chat_reads_as_in_memory(sf, tmp_path / "s", 40, lambda turn, _: [human(turn)])
+    assert len(splices) >= 5
 
 
 def _edited_input(turn: int, messages: list[AnyMessage]) -> list[Any]:
@@ -272,21 +280,6 @@ def test_edited_message_lists_splice_and_read_as_in_memory(sf: int | None, tmp_p
     shrinks or grows inside) and trimmed at the front: the splices step over
     the changes (some copy two runs or more), and every state equals
     InMemorySaver's, again from a fresh open with no cache."""
-    memory = chat_graph(sf).compile(checkpointer=InMemorySaver())
-    with DeltaLogSaver.from_path(tmp_path / "s") as saver:
-        graph = chat_graph(sf).compile(checkpointer=saver)
-        for turn in range(48):
-            messages = memory.get_state(cfg("t")).values.get("messages", [])
-            for g in (graph, memory):
-                g.invoke({"messages": _edited_input(turn, messages)}, cfg("t"))
-        resumed = 0
-        for key, raw in saver.env.iter_db("blobs"):
-            head = saver.env.codec.delta_header(raw, "t", key=key)
-            if head is not None and head.splice is not None:
-                resumed += sum(1 for n in head.splice[3::3] if n) >= 2
-        assert resumed >= 3
-        assert history(graph, cfg("t")) == history(memory, cfg("t"))
-    with DeltaLogSaver.from_path(tmp_path / "s", cache_bytes=0) as fresh:
-        again = chat_graph(sf).compile(checkpointer=fresh)
-        assert history(again, cfg("t")) == history(memory, cfg("t"))
-        assert fresh.verify(deep=True).ok
+    splices = _chat_reads_as_in_memory(sf, tmp_path / "s", 48, _edited_input)
+    resumed = [runs for runs in splices if sum(1 for n in runs[3::3] if n) >= 2]
+    assert len(resumed) >= 3
