@@ -452,6 +452,25 @@ class _CodecThread:
         self._ident = threading.get_ident()
 
 
+def _delta_fields(framed: memoryview) -> DeltaHeader:
+    """The header of a delta record whose CRC was checked (``framed``: the record
+    without its CRC). Raises ValueError (or a parse error) on a malformed one."""
+    size = int.from_bytes(framed[1:5], "big")
+    items = ormsgpack.unpackb(framed[5 : 5 + size])
+    packed = bytes(framed[5 + size :])
+    splice = None
+    if len(items) in (4, 7):  # format 8: a splice
+        splice = tuple(items.pop())
+        if len(splice) < 2 or not all(type(x) is int and x >= 0 for x in splice):
+            raise ValueError("malformed splice runs")
+    if len(items) == 3:
+        return DeltaHeader(bytes(items[0]), int(items[1]), str(items[2]), packed, splice=splice)
+    ref, seq, typ, lo, hi, crc = items
+    return DeltaHeader(
+        bytes(ref), int(seq), str(typ), packed, bytes(lo), bytes(hi), int(crc), splice
+    )
+
+
 _CODEC_THREAD: Final = _CodecThread()
 
 
@@ -969,22 +988,7 @@ class RecordCodec:
             framed = memoryview(data)[:-CRC_SIZE]
             if not _crc_ok(memoryview(data), key, b""):
                 raise ValueError("checksum mismatch")
-            size = int.from_bytes(framed[1:5], "big")
-            items = ormsgpack.unpackb(framed[5 : 5 + size])
-            packed = bytes(framed[5 + size :])
-            splice = None
-            if len(items) in (4, 7):  # format 8: a splice
-                splice = tuple(items.pop())
-                if len(splice) < 2 or not all(type(x) is int and x >= 0 for x in splice):
-                    raise ValueError("malformed splice runs")
-            if len(items) == 3:
-                return DeltaHeader(
-                    bytes(items[0]), int(items[1]), str(items[2]), packed, splice=splice
-                )
-            ref, seq, typ, lo, hi, crc = items
-            return DeltaHeader(
-                bytes(ref), int(seq), str(typ), packed, bytes(lo), bytes(hi), int(crc), splice
-            )
+            return _delta_fields(framed)
         except Exception as exc:
             raise CorruptRecordError(
                 f"record {what} cannot be decoded ({type(exc).__name__}: {exc}); run "
@@ -1064,22 +1068,20 @@ class RecordCodec:
             if not _crc_ok(view, key, prefix):
                 raise ValueError("checksum mismatch")
             tag = framed[0] & ~KEYED
+            copied = 0
             if tag == TAG_ZSTD:
                 frame = framed[1:]
             elif tag == TAG_DICT:
                 frame = framed[5:]
             elif tag == TAG_DELTA:
-                head = self.delta_header(data, what, key=key)
-                size = -1 if head is None else zstandard.frame_content_size(head.packed)
-                if head is None or size < 0:
-                    return len(data)
+                head = _delta_fields(framed)
+                frame = memoryview(head.packed)
                 # A splice: the literal's size plus the runs copied from the base.
                 copied = 0 if head.splice is None else sum(head.splice[3::3])
-                return int(size) + copied + 1
             else:
                 return len(framed)
             size = zstandard.frame_content_size(bytes(frame))
-            return int(size) + 1 if size >= 0 else len(data)
+            return int(size) + copied + 1 if size >= 0 else len(data)
         except Exception as exc:  # every failure here means the bytes are damaged
             raise CorruptRecordError(
                 f"record {what} cannot be decoded ({type(exc).__name__}: {exc}); run "
