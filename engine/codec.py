@@ -674,6 +674,19 @@ def _check_frame(data: bytes) -> None:
         raise ValueError(f"zstd frame declares {size} bytes")
 
 
+def _train(samples: list[bytes | bytearray | memoryview]) -> bytes:
+    """Train the dictionary, then trim the allocator (on the codec thread).
+
+    zstd's trainer allocates several MB for a few ms. Run on the writer's
+    thread (one of LangGraph's pool threads) and trimmed or not, the 120-turn
+    sf=100 chat stayed 5 MiB larger after it (95 against 90 MiB of RSS).
+    """
+    try:
+        return zstandard.train_dictionary(DICT_SIZE, samples).as_bytes()  # type: ignore[no-any-return]
+    finally:
+        malloc_trim()
+
+
 class RecordCodec:
     """Frames records: envelope → compress above a threshold → tag byte + bytes.
 
@@ -887,7 +900,7 @@ class RecordCodec:
         """
         samples: list[bytes | bytearray | memoryview] = list(self._samples)
         self._samples, self._sample_bytes = [], 0
-        return zstandard.train_dictionary(DICT_SIZE, samples).as_bytes()  # type: ignore[no-any-return]
+        return _CODEC_THREAD.run(_train, samples)
 
     def install(self, dict_id: int, dictionary: bytes, *, activate: bool = False) -> None:
         """Make a stored dictionary known (and, with ``activate``, used for new records)."""
