@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import zstandard
 from deltalog.engine import codec, splice
 from deltalog.engine.codec import ZstdCompressor
 
@@ -211,15 +212,15 @@ def test_dictionary_training_runs_on_the_codec_thread_then_trims(
         calls.append(("trim", threading.current_thread().name))
         return 1
 
-    real_train = codec.zstandard.train_dictionary
+    real_train = zstandard.train_dictionary
 
-    def train(size: int, samples: list[bytes]) -> Any:
+    def train(size: int, samples: list[bytes | bytearray | memoryview]) -> Any:
         calls.append(("train", threading.current_thread().name))
         return real_train(size, samples)
 
     monkeypatch.setattr(codec._Trim, "looked_up", True)
     monkeypatch.setattr(codec._Trim, "fn", trim)
-    monkeypatch.setattr(codec.zstandard, "train_dictionary", train)
+    monkeypatch.setattr(zstandard, "train_dictionary", train)
     words = ["checkpoint", "thread", "channel", "delta", "the", "of", "replay", "store"]
     rng = random.Random(7)
     record_codec = codec.RecordCodec()
