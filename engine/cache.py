@@ -66,6 +66,8 @@ from deltalog.engine.errors import OptionError
 
 __all__ = [
     "PREFILL_DELAY",
+    "SPARE_HISTORY",
+    "SPARE_STATE",
     "CachePolicy",
     "DecodedCache",
     "EnvelopeCache",
@@ -74,6 +76,7 @@ __all__ = [
     "NameCache",
     "PayloadCache",
     "gc_paused",
+    "spare_sized",
 ]
 
 
@@ -222,6 +225,31 @@ PREFILL_WAIT: Final = 10.0
 #: seconds: a bulk load (``deltalog migrate`` into a store, a script that only
 #: writes) would decode every seed it writes for no reader.
 PREFILL_RECENT: Final = 60.0
+#: A spare copy (:meth:`DecodedCache.load` with ``spare``) is made once no value
+#: was read for this long: after the invoke that read the value has done its
+#: own work, so the copy does not take the GIL from it.
+SPARE_DELAY: Final = 0.03
+#: Only values whose pickle is at least this large get a spare (a smaller copy
+#: costs less than the spare's bookkeeping is worth).
+SPARE_MIN: Final = 256 * 1024
+#: A spare still waiting for reads to pause after this many seconds is dropped
+#: (a server that reads all the time never makes one).
+SPARE_PATIENCE: Final = 2.0
+#: ``spare`` of :meth:`DecodedCache.load`: a state read (``get_tuple`` of a
+#: thread's newest checkpoint) and a delta history walked from it. A spare
+#: asked for by a delta history does not displace one a state read asked for
+#: another record: from a checkpoint that holds its own seed, LangGraph never
+#: asks for the history (the walk would return the seed before it), so the
+#: state read's record is the one the next turn reads.
+SPARE_STATE: Final = 2
+SPARE_HISTORY: Final = 1
+
+
+def spare_sized(payload: int) -> bool:
+    """Whether a serialized value of ``payload`` bytes may pickle to
+    :data:`SPARE_MIN` bytes or more (a pickle of LangGraph's messages is
+    larger than their msgpack; half of it leaves room)."""
+    return payload >= SPARE_MIN // 2
 
 
 @dataclass(eq=False)
@@ -238,9 +266,28 @@ class _Prefill:
     running: bool = False
     done: threading.Event = field(default_factory=threading.Event)
 
+    def run(self) -> None:
+        self.cache._run_prefill(self)
+
+
+@dataclass(eq=False)
+class _Spare:
+    """A spare copy :meth:`DecodedCache.load` asked for: made by the prefill thread
+    once reads pause, unless a newer one replaced it."""
+
+    cache: DecodedCache
+    record: bytes
+    pickled: bytes | Pickled
+    priority: int
+    due: float
+    since: float
+
+    def run(self) -> None:
+        self.cache._run_spare(self)
+
 
 class _PrefillThread:
-    """The one daemon thread that runs queued prefills, each at its due time.
+    """The one daemon thread that runs queued prefills and spares, each at its due time.
 
     Started on first use, and again in a child after fork(). A daemon: the
     interpreter does not wait for queued prefills at exit.
@@ -248,10 +295,10 @@ class _PrefillThread:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queue: queue.SimpleQueue[_Prefill] | None = None
+        self._queue: queue.SimpleQueue[_Prefill | _Spare] | None = None
         self._pid = 0
 
-    def submit(self, job: _Prefill) -> None:
+    def submit(self, job: _Prefill | _Spare) -> None:
         q = self._queue
         if q is None or self._pid != os.getpid():
             with self._lock:
@@ -268,14 +315,14 @@ class _PrefillThread:
         q.put(job)
 
     @staticmethod
-    def _serve(q: queue.SimpleQueue[_Prefill]) -> None:
+    def _serve(q: queue.SimpleQueue[_Prefill | _Spare]) -> None:
         while True:
             job = q.get()
             wait = job.due - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
             with contextlib.suppress(Exception):  # the thread serves the next ones
-                job.cache._run_prefill(job)
+                job.run()
 
 
 _PREFILL_THREAD: Final = _PrefillThread()
@@ -299,14 +346,24 @@ class DecodedCache:
             them is cheaper than a cache round trip).
         seen_max: How many records decoded once (by hash) are remembered, so
             that their second decode caches them.
+        spare_bytes: The largest pickle a spare copy is made of (see
+            :meth:`load`); 0 makes none.
     """
 
     def __init__(
-        self, max_bytes: int = 64 * 1024**2, min_record: int = 2048, seen_max: int = 4096
+        self,
+        max_bytes: int = 64 * 1024**2,
+        min_record: int = 2048,
+        seen_max: int = 4096,
+        spare_bytes: int = 32 * 1024**2,
     ) -> None:
         if max_bytes < 0:
             raise OptionError(
                 f"cache max_bytes {max_bytes} is negative; pass 0 to disable the cache"
+            )
+        if spare_bytes < 0:
+            raise OptionError(
+                f"cache spare_bytes {spare_bytes} is negative; pass 0 to make no spare copies"
             )
         self.max_bytes = max_bytes
         self.budget = GrowingBudget(max_bytes)
@@ -323,6 +380,13 @@ class DecodedCache:
         self._prefills: dict[bytes, _Prefill] = {}
         self.prefilled = 0
         self._last_read: float | None = None
+        # One spare copy (record, value, priority), made ahead for the next
+        # read of that record, and the job that will make the next one.
+        self.spare_bytes = spare_bytes
+        self._spare: tuple[bytes, Any, int] | None = None
+        self._spare_job: _Spare | None = None
+        self.spares_made = 0
+        self.spares_used = 0
         self._lock = threading.Lock()
 
     def load(
@@ -333,6 +397,7 @@ class DecodedCache:
         *,
         reused: bool = False,
         share: Callable[[], bool] | None = None,
+        spare: int = 0,
     ) -> Any:
         """The decoded value of ``record``: a private copy from the cache, or ``decode(record)``.
 
@@ -347,11 +412,22 @@ class DecodedCache:
             share: Says, when a decoded value is to be pickled, whether it may
                 hold long strings (:func:`~deltalog.engine.copies.may_hold_long_str`); False pickles it
                 plainly. None: it may.
+            spare: :data:`SPARE_STATE` or :data:`SPARE_HISTORY` for a read
+                from a thread's newest checkpoint, whose record the next turn
+                or ``get_state`` most likely reads again: the copy handed out
+                is the spare made ahead for it when there is one, and a new
+                spare of a pickle of :data:`SPARE_MIN` bytes or more (at most
+                ``spare_bytes``) is made on the prefill thread once reads
+                pause for :data:`SPARE_DELAY`. One spare is kept per cache,
+                of the record read last at the highest of the two. 0 (a read
+                of an older state, or of many: ``list``) neither takes nor
+                makes one.
         """
         self._last_read = time.monotonic()
         if not self.max_bytes or (len(record) if size is None else size) < self.min_record:
             return decode(record)
         waited = False
+        taken: tuple[bytes, Any, int] | None = None
         while True:
             first = False
             running = None
@@ -360,6 +436,9 @@ class DecodedCache:
                 if pickled is not None:
                     self._entries.move_to_end(record)
                     self.hits += 1
+                    if spare and self._spare is not None and self._spare[0] == record:
+                        taken, self._spare = self._spare, None
+                        self.spares_used += 1
                 else:
                     job = self._prefills.get(record)
                     if job is not None and job.running and not waited and job.pid == os.getpid():
@@ -385,7 +464,10 @@ class DecodedCache:
             running.done.wait(PREFILL_WAIT)
             waited = True
         if pickled is not None:
-            return _loads(pickled)
+            value = _loads(pickled) if taken is None else taken[1]
+            if spare:
+                self._want_spare(record, pickled, spare)
+            return value
         value = decode(record)
         if first:  # decoded once so far: not worth a pickle yet
             return value
@@ -394,8 +476,53 @@ class DecodedCache:
         except Exception:  # unpicklable value: correct, just not cached
             return value
         self._admit(record, pickled)
+        if spare:
+            self._want_spare(record, pickled, spare)
         # The caller gets the freshly decoded object; the cache keeps its own pickle.
         return value
+
+    def _want_spare(self, record: bytes, pickled: bytes | Pickled, priority: int) -> None:
+        """Have a spare copy of ``pickled`` made once reads pause (see :meth:`load`)."""
+        size = copies.size(pickled)
+        if size < SPARE_MIN or size > self.spare_bytes:
+            return
+        now = time.monotonic()
+        job = _Spare(self, record, pickled, priority, now + SPARE_DELAY, now)
+        with self._lock:
+            held = self._spare_job or self._spare
+            if held is not None:
+                held_record, held_priority = (
+                    (held.record, held.priority) if isinstance(held, _Spare) else (held[0], held[2])
+                )
+                if held_record != record and held_priority > priority:
+                    return  # a state read's spare outranks a history's
+            if self._spare is not None and self._spare[0] != record:
+                self._spare = None  # the one spare goes to the record read last
+            self._spare_job = job
+        _PREFILL_THREAD.submit(job)
+
+    def _run_spare(self, job: _Spare) -> None:
+        """Make the spare ``job`` asked for, on the prefill thread, once reads paused."""
+        with self._lock:
+            if self._spare_job is not job:
+                return  # a newer read asked for another
+            last = self._last_read or 0.0
+        now = time.monotonic()
+        if now - last < SPARE_DELAY:  # reads go on: not in their way
+            if now - job.since < SPARE_PATIENCE:
+                job.due = last + SPARE_DELAY
+                _PREFILL_THREAD.submit(job)
+            else:
+                with self._lock:
+                    if self._spare_job is job:
+                        self._spare_job = None
+            return
+        value = _loads(job.pickled)
+        with self._lock:
+            if self._spare_job is job:
+                self._spare_job = None
+                self._spare = (job.record, value, job.priority)
+                self.spares_made += 1
 
     def _admit(self, record: bytes, pickled: bytes | Pickled) -> None:
         """Keep ``pickled`` for ``record`` if the budget admits it, evicting the oldest entries."""
@@ -483,11 +610,12 @@ class DecodedCache:
             codec.malloc_trim()
 
     def clear(self) -> None:
-        """Drop every entry."""
+        """Drop every entry, and the spare copy."""
         with self._lock:
             self._entries.clear()
             self._seen.clear()
             self._prefills.clear()
+            self._spare = self._spare_job = None
             self.size = 0
 
 
@@ -508,6 +636,10 @@ class CachePolicy:
 
     decoded_bytes: int = 64 * 1024**2
     """Decoded channel values, per saver (:class:`DecodedCache`); 0 turns it off."""
+    spare_bytes: int = 32 * 1024**2
+    """The largest decoded value (as its pickle) a saver keeps one spare copy of,
+    made ahead while reads pause, for the next turn or ``get_state`` of the
+    thread read last (:meth:`DecodedCache.load`); 0 makes none."""
     payload_bytes: int = 64 * 1024**2
     """Resolved blob payloads (:class:`PayloadCache`)."""
     envelope_entries: int = 50_000

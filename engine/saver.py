@@ -48,7 +48,13 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 from deltalog.channels.replay import ChannelSource
 from deltalog.engine import keys
 from deltalog.engine.aio import DONE, run_write, take
-from deltalog.engine.cache import DecodedCache, HistoryCopies
+from deltalog.engine.cache import (
+    SPARE_HISTORY,
+    SPARE_STATE,
+    DecodedCache,
+    HistoryCopies,
+    spare_sized,
+)
 from deltalog.engine.config import (
     MEMORY,
     check_open_options,
@@ -103,6 +109,14 @@ _open_shared = open_shared
 _release_shared = release_shared
 
 
+def _may_spare(values: Iterable[StoredValue | None]) -> bool:
+    """Whether one of ``values`` may be large enough for a spare copy
+    (:func:`~deltalog.engine.cache.spare_sized`): only then does a read look up
+    whether it came from the namespace's newest checkpoint (a cursor seek,
+    which hands the GIL to other threads)."""
+    return any(v is not None and spare_sized(len(v.typed[1])) for v in values)
+
+
 class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
     """A LangGraph checkpoint saver on an embedded LMDB event log.
 
@@ -152,7 +166,10 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
         super().__init__(serde=serde)
         self.env = env
         self.owns_env = owns_env
-        self.cache = DecodedCache(env.caches.decoded_bytes if cache_bytes is None else cache_bytes)
+        self.cache = DecodedCache(
+            env.caches.decoded_bytes if cache_bytes is None else cache_bytes,
+            spare_bytes=env.caches.spare_bytes,
+        )
         self.history_copies = HistoryCopies()
         self._executor: ThreadPoolExecutor | None = None
         self._shared = False
@@ -315,7 +332,9 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
         """
         clone = cast(DeltaLogSaver, super().with_allowlist(extra_allowlist))
         if clone is not self:
-            clone.cache = DecodedCache(self.cache.max_bytes, self.cache.min_record)
+            clone.cache = DecodedCache(
+                self.cache.max_bytes, self.cache.min_record, spare_bytes=self.cache.spare_bytes
+            )
             clone.history_copies = HistoryCopies()
         return clone
 
@@ -341,7 +360,17 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
         with self.env.read() as r:
             ids = r.ids(thread_id, checkpoint_ns)
             row = r.checkpoint(*ids, checkpoint_id) if ids is not None else None
-        return None if row is None else self._to_tuple(row)
+            head = (
+                row is not None
+                and ids is not None
+                and _may_spare(row.values.values())
+                and r.is_latest(*ids, checkpoint_id)
+            )
+        return (
+            None
+            if row is None
+            else to_tuple(self.serde, self.cache, row, spare=SPARE_STATE if head else 0)
+        )
 
     def list(
         self,
@@ -390,14 +419,22 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
         if not channels:
             return {}
         thread_id, checkpoint_ns, checkpoint_id = parse_config(config)
+        head = False
         with self.env.read() as r:
             ids = r.ids(thread_id, checkpoint_ns)
-            raw = (
-                r.history(*ids, checkpoint_id, channels)
-                if ids is not None
-                else {c: DeltaHistory(None, ()) for c in channels}
-            )
-        return decode_histories(self.serde, self.cache, self.history_copies, raw, channels)
+            if ids is None:
+                raw = {c: DeltaHistory(None, ()) for c in channels}
+            else:
+                raw = r.history(*ids, checkpoint_id, channels)
+                head = _may_spare(h.seed for h in raw.values()) and r.is_latest(*ids, checkpoint_id)
+        return decode_histories(
+            self.serde,
+            self.cache,
+            self.history_copies,
+            raw,
+            channels,
+            spare=SPARE_HISTORY if head else 0,
+        )
 
     # -- writes -----------------------------------------------------------------------------
 

@@ -238,6 +238,13 @@ class TxnBase:
         key: bytes = cur.key()
         return key if key.startswith(prefix) else None
 
+    def is_latest(self, t: int, n: int, checkpoint_id: str | None) -> bool:
+        """Whether ``checkpoint_id`` (None: the latest) is the newest checkpoint of
+        (thread, ns), the one a thread's next turn starts from: one cursor seek."""
+        if checkpoint_id is None:
+            return True
+        return self.latest_key(t, n) == keys.ns_prefix(t, n) + keys.encode_id(checkpoint_id)
+
     def _damaged(
         self, t: int, n: int, checkpoint_id: str, exc: Exception, needed_by: str | None = None
     ) -> CorruptRecordError:

@@ -70,16 +70,22 @@ def seed_like(typed: Typed) -> bool:
 
 
 def load(
-    serde: SerializerProtocol, cache: DecodedCache, value: StoredValue, *, reused: bool = False
+    serde: SerializerProtocol,
+    cache: DecodedCache,
+    value: StoredValue,
+    *,
+    reused: bool = False,
+    spare: int = 0,
 ) -> Any:
     """Decode a stored channel value through the cache (a private copy per caller);
-    ``reused`` as for :meth:`DecodedCache.load`."""
+    ``reused`` and ``spare`` as for :meth:`DecodedCache.load`."""
     return cache.load(
         value.record,
         functools.partial(_decode, serde, value.typed),
         len(value.typed[1]),
         reused=reused,
         share=functools.partial(may_hold_long_str, *value.typed),
+        spare=spare,
     )
 
 
@@ -121,16 +127,22 @@ def loads(serde: SerializerProtocol, typed: Typed, what: str = "a stored value")
         raise serde_mismatch(serde, typed[0], what, exc) from exc
 
 
-def to_tuple(serde: SerializerProtocol, cache: DecodedCache, row: CheckpointRow) -> CheckpointTuple:
-    """A stored checkpoint row as LangGraph's ``CheckpointTuple``, every value decoded."""
+def to_tuple(
+    serde: SerializerProtocol, cache: DecodedCache, row: CheckpointRow, *, spare: int = 0
+) -> CheckpointTuple:
+    """A stored checkpoint row as LangGraph's ``CheckpointTuple``, every value decoded;
+    ``spare`` as for :meth:`DecodedCache.load`, for its seeds (an ``add_messages``
+    list is a new value every turn: a spare of it would not be read)."""
     checkpoint: Checkpoint = loads(serde, row.checkpoint)
     checkpoint["id"] = row.checkpoint_id
     checkpoint["channel_versions"] = dict(row.channel_versions)
     # A delta channel's value in a checkpoint is its seed, which the histories
     # of every following turn replay from until the next seed: cached at once.
-    checkpoint["channel_values"] = {
-        k: load(serde, cache, v, reused=seed_like(v.typed)) for k, v in row.values.items()
-    }
+    values: dict[str, Any] = {}
+    for k, v in row.values.items():
+        seed = seed_like(v.typed)
+        values[k] = load(serde, cache, v, reused=seed, spare=spare if seed else 0)
+    checkpoint["channel_values"] = values
     return CheckpointTuple(
         config=checkpoint_config(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
         checkpoint=checkpoint,
@@ -183,8 +195,11 @@ def decode_histories(
     copies: HistoryCopies,
     raw: Mapping[str, DeltaHistory],
     channels: Sequence[str],
+    *,
+    spare: int = 0,
 ) -> dict[str, DeltaChannelHistory]:
-    """``get_delta_channel_history``'s result from the raw histories the store walked."""
+    """``get_delta_channel_history``'s result from the raw histories the store walked;
+    ``spare`` as for :meth:`DecodedCache.load`."""
     result: dict[str, DeltaChannelHistory] = {}
     # Hundreds of writes plus a seed make tens of thousands of objects.
     with gc_paused():
@@ -192,7 +207,7 @@ def decode_histories(
             history = raw[channel]
             entry: DeltaChannelHistory = {"writes": history_writes(serde, copies, history)}
             if history.seed is not None:
-                entry["seed"] = load(serde, cache, history.seed)
+                entry["seed"] = load(serde, cache, history.seed, spare=spare)
             result[channel] = entry
     return result
 
