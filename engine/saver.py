@@ -79,7 +79,15 @@ from deltalog.engine.store_rows import (
     WriteRow,
 )
 from deltalog.engine.summaries import channel_sizes, thread_summaries
-from deltalog.engine.values import decode_histories, dumps, load, loads, prefill, to_tuple
+from deltalog.engine.values import (
+    decode_histories,
+    dumps,
+    load,
+    loads,
+    prefill,
+    seed_like,
+    to_tuple,
+)
 from deltalog.engine.write_txn import WriteTxn
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -363,7 +371,7 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
             head = (
                 row is not None
                 and ids is not None
-                and _may_spare(row.values.values())
+                and _may_spare(v for v in row.values.values() if seed_like(v.typed))
                 and r.is_latest(*ids, checkpoint_id)
             )
         return (
