@@ -288,6 +288,7 @@ class _Spare:
     priority: int
     due: float
     since: float
+    pid: int = field(default_factory=os.getpid)
 
     def run(self) -> None:
         self.cache._run_spare(self)
@@ -496,7 +497,10 @@ class DecodedCache:
         now = time.monotonic()
         job = _Spare(self, record, pickled, priority, now + SPARE_DELAY, now)
         with self._lock:
-            held = self._spare_job or self._spare
+            pending = self._spare_job
+            if pending is not None and pending.pid != job.pid:
+                pending = None  # queued before a fork(), on a thread the child lacks
+            held = pending or self._spare
             if held is not None:
                 held_record, held_priority = (
                     (held.record, held.priority) if isinstance(held, _Spare) else (held[0], held[2])
@@ -524,12 +528,17 @@ class DecodedCache:
                     if self._spare_job is job:
                         self._spare_job = None
             return
-        value = _loads(job.pickled)
-        with self._lock:
-            if self._spare_job is job:
-                self._spare_job = None
-                self._spare = (job.record, value, job.priority)
-                self.spares_made += 1
+        made = False
+        try:
+            value = _loads(job.pickled)
+            made = True
+        finally:  # a copy that failed leaves no job behind to outrank later ones
+            with self._lock:
+                if self._spare_job is job:
+                    self._spare_job = None
+                    if made:
+                        self._spare = (job.record, value, job.priority)
+                        self.spares_made += 1
 
     def _admit(self, record: bytes, pickled: bytes | Pickled) -> None:
         """Keep ``pickled`` for ``record`` if the budget admits it, evicting the oldest entries."""

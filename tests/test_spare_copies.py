@@ -12,6 +12,7 @@ graph equal InMemorySaver's.
 
 from __future__ import annotations
 
+import os
 import pickle
 import time
 from collections.abc import Callable
@@ -193,3 +194,54 @@ def test_a_history_read_does_not_displace_a_state_reads_spare() -> None:
     _wait(lambda: cache.spares_made == 4)
     assert old() == _value(1100)
     assert cache.spares_used == 3
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+@pytest.mark.timeout(60)
+def test_a_forked_child_makes_its_own_spares(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spare the parent queued runs on the parent's prefill thread, which a
+    child lacks: it must not outrank the child's own requests."""
+    monkeypatch.setattr(cache_mod, "SPARE_DELAY", 0.5)
+    cache = DecodedCache(64 * 2**20)
+    parent_read = _cached(cache, b"seed-p" * 400, _value(1200))
+    child_read = _cached(cache, b"seed-c" * 400, _value(1100))
+    parent_read()  # a state read's spare, queued and not made before the fork
+    pid = os.fork()
+    if pid == 0:  # the child: its exit status says what happened
+        try:
+            child_read(spare=SPARE_HISTORY)
+            deadline = time.monotonic() + 5
+            while cache.spares_made < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            ok = cache.spares_made == 1 and child_read(spare=SPARE_HISTORY) == _value(1100)
+            os._exit(0 if ok and cache.spares_used == 1 else 3)
+        except BaseException:
+            os._exit(4)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    _wait(lambda: cache.spares_made == 1)  # the parent's own spare is made as queued
+    assert parent_read() == _value(1200) and cache.spares_used == 1
+
+
+def test_a_spare_that_fails_blocks_no_later_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache_mod, "SPARE_DELAY", 0.3)  # patched before it runs
+    cache = DecodedCache(64 * 2**20)
+    state = _cached(cache, b"seed-s" * 400, _value(1200))
+    history = _cached(cache, b"seed-h" * 400, _value(1100))
+    state()
+    target = cache._entries[b"seed-s" * 400]  # the state read's pickle
+    loads = cache_mod._loads
+    failed: list[bool] = []
+
+    def failing(pickled: Any) -> Any:
+        if pickled is target:
+            failed.append(True)
+            raise MemoryError("a copy that fails")
+        return loads(pickled)
+
+    monkeypatch.setattr(cache_mod, "_loads", failing)
+    _wait(lambda: bool(failed) and cache._spare_job is None)
+    assert cache.spares_made == 0
+    history(spare=SPARE_HISTORY)  # no failed job of the state read outranks it
+    _wait(lambda: cache.spares_made == 1)
+    assert history(spare=SPARE_HISTORY) == _value(1100) and cache.spares_used == 1
