@@ -280,7 +280,8 @@ class _Prefill:
 @dataclass(eq=False)
 class _Spare:
     """A spare copy :meth:`DecodedCache.load` asked for: made by the prefill thread
-    once reads pause, unless a newer one replaced it."""
+    once reads pause, unless a newer one replaced it; ``value`` is the copy
+    once made."""
 
     cache: DecodedCache
     record: bytes
@@ -289,6 +290,7 @@ class _Spare:
     due: float
     since: float
     pid: int = field(default_factory=os.getpid)
+    value: Any = None
 
     def run(self) -> None:
         self.cache._run_spare(self)
@@ -388,10 +390,11 @@ class DecodedCache:
         self._prefills: dict[bytes, _Prefill] = {}
         self.prefilled = 0
         self._last_read: float | None = None
-        # One spare copy (record, value, priority), made ahead for the next
-        # read of that record, and the job that will make the next one.
+        # One spare copy (a made job: its record, value and priority), made
+        # ahead for the next read of that record, and the job that will make
+        # the next one.
         self.spare_bytes = spare_bytes
-        self._spare: tuple[bytes, Any, int] | None = None
+        self._spare: _Spare | None = None
         self._spare_job: _Spare | None = None
         self.spares_made = 0
         self.spares_used = 0
@@ -435,7 +438,7 @@ class DecodedCache:
         if not self.max_bytes or (len(record) if size is None else size) < self.min_record:
             return decode(record)
         waited = False
-        taken: tuple[bytes, Any, int] | None = None
+        taken: _Spare | None = None
         while True:
             first = False
             running = None
@@ -444,7 +447,7 @@ class DecodedCache:
                 if pickled is not None:
                     self._entries.move_to_end(record)
                     self.hits += 1
-                    if spare and self._spare is not None and self._spare[0] == record:
+                    if spare and self._spare is not None and self._spare.record == record:
                         taken, self._spare = self._spare, None
                         self.spares_used += 1
                 else:
@@ -472,7 +475,7 @@ class DecodedCache:
             running.done.wait(PREFILL_WAIT)
             waited = True
         if pickled is not None:
-            value = _loads(pickled) if taken is None else taken[1]
+            value = _loads(pickled) if taken is None else taken.value
             if spare:
                 self._want_spare(record, pickled, spare)
             return value
@@ -501,13 +504,9 @@ class DecodedCache:
             if pending is not None and pending.pid != job.pid:
                 pending = None  # queued before a fork(), on a thread the child lacks
             held = pending or self._spare
-            if held is not None:
-                held_record, held_priority = (
-                    (held.record, held.priority) if isinstance(held, _Spare) else (held[0], held[2])
-                )
-                if held_record != record and held_priority > priority:
-                    return  # a state read's spare outranks a history's
-            if self._spare is not None and self._spare[0] != record:
+            if held is not None and held.record != record and held.priority > priority:
+                return  # a state read's spare outranks a history's
+            if self._spare is not None and self._spare.record != record:
                 self._spare = None  # the one spare goes to the record read last
             self._spare_job = job
         _PREFILL_THREAD.submit(job)
@@ -530,14 +529,15 @@ class DecodedCache:
             return
         made = False
         try:
-            value = _loads(job.pickled)
+            job.value = _loads(job.pickled)
+            job.pickled = b""  # made: the slot keeps the copy, not the cache's pickle too
             made = True
         finally:  # a copy that failed leaves no job behind to outrank later ones
             with self._lock:
                 if self._spare_job is job:
                     self._spare_job = None
                     if made:
-                        self._spare = (job.record, value, job.priority)
+                        self._spare = job
                         self.spares_made += 1
 
     def _admit(self, record: bytes, pickled: bytes | Pickled) -> None:
