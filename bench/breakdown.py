@@ -12,20 +12,31 @@ over that window:
   before page fill;
 * **pages**: the databases' pages, and **used**: the file's used pages
   (``last_pgno``, what ``deltalog bench`` counts, free pages included);
+* **fill** per database: its logical bytes over its pages;
 * the content floor (:func:`deltalog.bench.graphs.content_floor`) and each
   figure's ratio to it.
 
-Pages over logical bytes is LMDB's page fill: a B-tree page that splits
+Logical bytes over pages is LMDB's page fill: a B-tree page that splits
 where keys are inserted in its middle (the end of one thread's or channel's
 range, not of the database) keeps half its entries on each side, and the
 left half never fills again; a value over ~2 KB goes to overflow pages, whole
-4 KiB pages. The used pages move by a few pages between runs of the same code
+4 KiB pages.
+
+``--threads N`` runs N chat threads instead of one, interleaved turn by turn
+(each with its own text: the scenario's seed plus the thread's number), the
+way a server holding many conversations writes them; the figures are then per
+turn of any thread. Every thread's new records then go into the middle of
+each database, at the end of its own key range, so the fill falls (about
+0.55 with 8 threads, against 0.95 with one: docs/benchmarks.md, "Stop 37").
+
+The used pages move by a few pages between runs of the same code
 (random ids, which pages the free list hands out), so compare windows of a few
 hundred turns. The numbers in docs/benchmarks.md ("Stop 26") were made with it.
 
 Example::
 
     python -m deltalog.bench.breakdown --scenario chat-delta-sf100 --turns 1000 --window 500
+    python -m deltalog.bench.breakdown --turns 300 --window 200 --threads 8
 """
 
 from __future__ import annotations
@@ -34,7 +45,7 @@ import argparse
 import json
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +63,8 @@ from deltalog.engine import DeltaLogSaver
 # LMDB's cost of one leaf entry beyond its key and value: the node header (8 bytes)
 # and the page's slot pointer (2 bytes).
 ENTRY_OVERHEAD = 10
+#: The most chat threads ``--threads`` runs (each is a compiled graph and a chat).
+MAX_THREADS = 64
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,7 @@ class Breakdown:
     scenario: str
     turns: int
     window: int
+    threads: int
     floor: float
     logical: float
     pages: float
@@ -79,18 +93,20 @@ class Breakdown:
 
     def table(self) -> str:
         """The figures as text."""
+        threads = f" x {self.threads} interleaved threads" if self.threads > 1 else ""
         lines = [
-            f"{self.scenario}: {self.turns} turns, per turn over the last {self.window}; "
-            f"content floor {self.floor:.0f} B",
+            f"{self.scenario}: {self.turns} turns{threads}, per turn over the last "
+            f"{self.window}; content floor {self.floor:.0f} B",
             f"  logical {self.logical:7.0f} B ({self.logical / self.floor:.2f}x)   pages "
             f"{self.pages:7.0f} B ({self.pages / self.floor:.2f}x)   used {self.used:7.0f} B "
             f"({self.used / self.floor:.2f}x)",
-            f"  {'database':14} {'entries':>8} {'key B':>8} {'value B':>8} {'pages B':>8}",
+            f"  {'database':14} {'entries':>8} {'key B':>8} {'value B':>8} {'pages B':>8} "
+            f"{'fill':>5}",
         ]
         for name, row in sorted(self.databases.items()):
             lines.append(
                 f"  {name:14} {row['entries']:8.2f} {row['key_bytes']:8.1f} "
-                f"{row['value_bytes']:8.1f} {row['pages']:8.1f}"
+                f"{row['value_bytes']:8.1f} {row['pages']:8.1f} {row['fill']:5.2f}"
             )
         return "\n".join(lines)
 
@@ -114,51 +130,65 @@ def _snapshot(saver: DeltaLogSaver) -> tuple[dict[str, DbFigures], int, int]:
     return out, int(env.info()["last_pgno"]) + 1, int(env.stat()["psize"])
 
 
-def measure(scenario_name: str, turns: int, window: int, workdir: Path) -> Breakdown:
-    """Run ``turns`` turns of the scenario and break down the last ``window``."""
+def measure(
+    scenario_name: str, turns: int, window: int, workdir: Path, threads: int = 1
+) -> Breakdown:
+    """Run ``turns`` turns of the scenario (on each of ``threads`` interleaved threads)
+    and break down the last ``window``."""
     scenarios = {s.name: s for s in CHAT_SCENARIOS}
     if scenario_name not in scenarios:
         raise SystemExit(f"unknown scenario {scenario_name!r}; one of {sorted(scenarios)}")
     if not 1 <= window <= turns:
         raise SystemExit(f"--window {window} must be between 1 and --turns ({turns})")
-    scenario = scenarios[scenario_name].with_turns(turns)
+    if not 1 <= threads <= MAX_THREADS:
+        raise SystemExit(f"--threads {threads} must be between 1 and {MAX_THREADS}")
+    base = scenarios[scenario_name].with_turns(turns)
+    # Thread 0 is the scenario itself, so --threads 1 measures what it always did.
+    chats = [replace(base, seed=base.seed + k) for k in range(threads)]
     with DeltaLogSaver.from_path(workdir / "store") as saver:
-        graph = build_graph(scenario, saver)
-        config = thread_config("breakdown")
+        graphs = [build_graph(chat, saver) for chat in chats]
+        configs = [
+            thread_config("breakdown" if k == 0 else f"breakdown-{k}") for k in range(threads)
+        ]
         before: tuple[dict[str, DbFigures], int, int] | None = None
         for turn in range(turns):
             if turn == turns - window:
                 before = _snapshot(saver)
-            graph.invoke({MESSAGES: [human_message(scenario, turn)]}, config)
+            for chat, graph, config in zip(chats, graphs, configs, strict=True):
+                graph.invoke({MESSAGES: [human_message(chat, turn)]}, config)
         after = _snapshot(saver)
     first, used0, psize = before if before is not None else ({}, 0, after[2])
     last, used1, _ = after
     empty = DbFigures(0, 0, 0, 0)
     rows: dict[str, dict[str, float]] = {}
     logical = pages = 0
+    count = window * threads
     for name, end in last.items():
         start = first.get(name, empty)
         grown = DbFigures(
             *(b - a for a, b in zip(asdict(start).values(), asdict(end).values(), strict=True))
         )
-        logical += grown.key_bytes + grown.value_bytes + ENTRY_OVERHEAD * grown.entries
+        grown_logical = grown.key_bytes + grown.value_bytes + ENTRY_OVERHEAD * grown.entries
+        logical += grown_logical
         pages += grown.pages * psize
         if grown.entries or grown.pages:
             rows[name] = {
-                "entries": grown.entries / window,
-                "key_bytes": grown.key_bytes / window,
-                "value_bytes": grown.value_bytes / window,
-                "pages": grown.pages * psize / window,
+                "entries": grown.entries / count,
+                "key_bytes": grown.key_bytes / count,
+                "value_bytes": grown.value_bytes / count,
+                "pages": grown.pages * psize / count,
+                "fill": grown_logical / (grown.pages * psize) if grown.pages > 0 else 0.0,
             }
-    floors = content_floor(scenario, expected_messages(scenario))
+    floor = sum(sum(content_floor(c, expected_messages(c))[-window:]) for c in chats)
     return Breakdown(
         scenario=scenario_name,
         turns=turns,
         window=window,
-        floor=sum(floors[-window:]) / window,
-        logical=logical / window,
-        pages=pages / window,
-        used=(used1 - used0) * psize / window,
+        threads=threads,
+        floor=floor / count,
+        logical=logical / count,
+        pages=pages / count,
+        used=(used1 - used0) * psize / count,
         databases=rows,
     )
 
@@ -169,10 +199,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--scenario", default="chat-delta-sf100")
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument("--window", type=int, default=500)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="chat threads, interleaved turn by turn"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        result = measure(args.scenario, args.turns, args.window, Path(tmp))
+        result = measure(args.scenario, args.turns, args.window, Path(tmp), args.threads)
     print(result.table())
     if args.json is not None:
         payload: dict[str, Any] = asdict(result)

@@ -29,6 +29,27 @@ def test_the_breakdown_adds_up(tmp_path: Path) -> None:
     assert 300 < result.floor < 500
 
 
+def test_interleaved_threads_fill_pages_less(tmp_path: Path) -> None:
+    """With several chat threads written turn by turn, each thread's records go into the
+    middle of every database and LMDB leaves pages half full behind them: the same
+    records per turn, on more pages. One thread's figures stay what they were."""
+    one = measure("chat-delta-sf100", turns=130, window=30, workdir=tmp_path / "one")
+    many = measure("chat-delta-sf100", turns=130, window=30, workdir=tmp_path / "many", threads=3)
+    assert one.threads == 1 and many.threads == 3
+    # Per turn of any thread: the same records, key sizes and (about) value sizes.
+    for name in ("checkpoints", "writes", "blobs"):
+        assert many.databases[name]["entries"] == one.databases[name]["entries"]
+        assert many.databases[name]["key_bytes"] == one.databases[name]["key_bytes"]
+    assert many.logical == pytest.approx(one.logical, rel=0.1)
+    assert many.floor == pytest.approx(one.floor, rel=0.1)
+    # One thread appends its checkpoints and writes at the end of their databases:
+    # pages nearly full (0.87 of them in all when this was written; 0.52 for three).
+    assert one.logical / one.pages > 0.75
+    assert many.logical / many.pages < 0.7
+    assert many.pages > 1.3 * one.pages
+    assert 0 < many.databases["writes"]["fill"] < one.databases["writes"]["fill"]
+
+
 def test_the_command_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "b.json"
     main(["--scenario", "chat-add_messages", "--turns", "12", "--window", "10", "--json", str(out)])
@@ -43,3 +64,5 @@ def test_bad_options_exit_with_a_message(tmp_path: Path) -> None:
         measure("nope", 10, 5, tmp_path)
     with pytest.raises(SystemExit, match="--window 20"):
         measure("chat-delta-sf100", 10, 20, tmp_path)
+    with pytest.raises(SystemExit, match="--threads 0 must be between 1 and 64"):
+        measure("chat-delta-sf100", 10, 5, tmp_path, threads=0)
