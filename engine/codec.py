@@ -31,6 +31,10 @@ tag   body
       :meth:`RecordCodec.encode_delta`)
 0x03  u32 dictionary id, then a zstandard frame compressed with the store's
       trained dictionary of that id (see :meth:`RecordCodec.train`)
+0x04  u8 dictionary id, then such a frame stored without the four bytes
+      every zstandard frame starts with (:data:`ZSTD_MAGIC`) and without a
+      dictionary id of its own (format 9; 0x03 before, and for an id above
+      255): 11 bytes less on each record
 ====  ======================================================
 """
 
@@ -71,6 +75,10 @@ TAG_PLAIN: Final = 0x00
 TAG_ZSTD: Final = 0x01
 TAG_DELTA: Final = 0x02
 TAG_DICT: Final = 0x03
+TAG_DICT_COMPACT: Final = 0x04
+#: The magic number every zstandard frame starts with; a :data:`TAG_DICT_COMPACT`
+#: record leaves it out and a reader puts it back.
+ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
 #: Tag bit (format 5): the record's CRC also covers its LMDB key.
 KEYED: Final = 0x80
 CRC_SIZE: Final = 4
@@ -290,7 +298,8 @@ class Ahead(NamedTuple):
     Attributes:
         body: The msgpack body.
         dictionary: The active dictionary when it was compressed (None: none).
-        tag: :data:`TAG_PLAIN`, :data:`TAG_ZSTD` or :data:`TAG_DICT`.
+        tag: :data:`TAG_PLAIN`, :data:`TAG_ZSTD`, :data:`TAG_DICT` or
+            :data:`TAG_DICT_COMPACT`.
         payload: The framed payload at the codec's level.
         dense: The payload at :data:`DENSE_LEVEL`, when it may save pages.
     """
@@ -620,7 +629,7 @@ class ZstdCompressor:
         except IndexError:
             prepared = self._prepare(dict_id, dictionary)
             return pool, (
-                zstandard.ZstdCompressor(level=self.level, dict_data=prepared),
+                zstandard.ZstdCompressor(level=self.level, dict_data=prepared, write_dict_id=False),
                 zstandard.ZstdDecompressor(dict_data=prepared),
             )
 
@@ -652,7 +661,9 @@ class ZstdCompressor:
                 ctx = zstandard.ZstdCompressor(level=DENSE_LEVEL)
             else:
                 prepared = self._prepare(dict_id, dictionary)
-                ctx = zstandard.ZstdCompressor(level=DENSE_LEVEL, dict_data=prepared)
+                ctx = zstandard.ZstdCompressor(
+                    level=DENSE_LEVEL, dict_data=prepared, write_dict_id=False
+                )
         try:
             return ctx.compress(data)  # type: ignore[no-any-return]
         finally:
@@ -666,6 +677,15 @@ class ZstdCompressor:
             return ctx[1].decompress(data)  # type: ignore[no-any-return]
         finally:
             pool.append(ctx)
+
+
+def _dict_payload(dict_id: int, packed: bytes) -> tuple[int, bytes]:
+    """``(tag, payload)`` of a frame compressed with trained dictionary ``dict_id``:
+    :data:`TAG_DICT_COMPACT` (a one-byte id, the frame without its magic number)
+    for a zstandard frame and an id up to 255, else :data:`TAG_DICT` (four-byte id)."""
+    if dict_id <= 0xFF and packed[:4] == ZSTD_MAGIC:
+        return TAG_DICT_COMPACT, _TAG_BYTES[dict_id] + packed[4:]
+    return TAG_DICT, dict_id.to_bytes(4, "big") + packed
 
 
 def _check_frame(data: bytes) -> None:
@@ -816,8 +836,9 @@ class RecordCodec:
             active = self.active_dictionary
             if active is not None and len(body) >= DICT_MIN and not fast:
                 packed = self.compressor.compress_with_dict(body, active, self.dictionaries[active])
-                if len(packed) + 4 < len(body):
-                    tag, payload = TAG_DICT, active.to_bytes(4, "big") + packed
+                tag, payload = _dict_payload(active, packed)
+                if len(payload) >= len(body):
+                    tag, payload = TAG_PLAIN, body
             else:
                 if sample and not fast:
                     self._sample_untrained(body)
@@ -840,10 +861,12 @@ class RecordCodec:
     def _dense_payload(self, tag: int, body: bytes, payload: bytes) -> bytes:
         """``body`` compressed at :data:`DENSE_LEVEL` as ``payload`` was (with the same
         dictionary for :data:`TAG_DICT`), framed the same way."""
-        if tag == TAG_DICT:
-            dict_id = int.from_bytes(payload[:4], "big")
+        if tag in (TAG_DICT, TAG_DICT_COMPACT):
+            dict_id = payload[0] if tag == TAG_DICT_COMPACT else int.from_bytes(payload[:4], "big")
             packed = self.compressor.compress_dense(body, dict_id, self.dictionaries[dict_id])
-            return payload[:4] + packed
+            dense_tag, dense = _dict_payload(dict_id, packed)
+            # The caller keeps the smaller payload under the tag it has.
+            return dense if dense_tag == tag else payload
         return self.compressor.compress_dense(body, None, b"")
 
     def encode_fast(self, body: bytes, key: bytes, compress_from: int) -> bytes:
@@ -1086,6 +1109,8 @@ class RecordCodec:
                 frame = framed[1:]
             elif tag == TAG_DICT:
                 frame = framed[5:]
+            elif tag == TAG_DICT_COMPACT:
+                frame = memoryview(ZSTD_MAGIC + framed[2:])
             elif tag == TAG_DELTA:
                 head = _delta_fields(framed)
                 frame = memoryview(head.packed)
@@ -1134,6 +1159,12 @@ class RecordCodec:
                 return ormsgpack.unpackb(view[1:end])
             if tag == TAG_ZSTD:
                 return ormsgpack.unpackb(self.compressor.decompress(bytes(view[1:end])))
+            if tag == TAG_DICT_COMPACT:
+                dict_id = view[1]
+                body = self.compressor.decompress_with_dict(
+                    ZSTD_MAGIC + view[2:end], dict_id, self._dictionary(dict_id)
+                )
+                return ormsgpack.unpackb(body)
             if tag == TAG_DICT:
                 dict_id = int.from_bytes(view[1:5], "big")
                 body = self.compressor.decompress_with_dict(

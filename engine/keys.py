@@ -1,6 +1,6 @@
 """The on-disk key layout of a deltalog store. No other module builds key bytes.
 
-One LMDB environment holds these named databases (``FORMAT_VERSION`` = 8):
+One LMDB environment holds these named databases (``FORMAT_VERSION`` = 9):
 
 ============  ==========================================================  ==========================
 database      key (byte encoding, in order)                               value
@@ -163,16 +163,18 @@ __all__ = [
     "write_suffix",
 ]
 
-FORMAT_VERSION: Final = 8
+FORMAT_VERSION: Final = 9
 #: Formats this version reads. Formats 2 and 3 only added record shapes (delta
 #: blobs over writes, small values inside checkpoint records); format 4 put a
 #: CRC on the name records, format 5 a CRC over each record's key (checkpoints,
 #: writes, blobs), format 6 packed the memory store's items into chunks, format 7
 #: moved the task path from write keys into write records and added writes that
 #: refer to their checkpoint's input, format 8 added splice deltas (a blob as runs
-#: copied from its base, :mod:`deltalog.engine.splice`). A writable open upgrades an older store through
+#: copied from its base, :mod:`deltalog.engine.splice`), format 9 a shorter frame
+#: for records compressed with the trained dictionary
+#: (:data:`deltalog.engine.codec.TAG_DICT_COMPACT`). A writable open upgrades an older store through
 #: :data:`deltalog.engine.migrations.MIGRATIONS`; a read-only open reads it as it is.
-READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 8})
+READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9})
 #: The first format whose records (and trained dictionaries) carry a CRC over their key.
 KEYED_FORMAT: Final = 5
 #: The first format whose write keys hold the task id alone (the task path is in the record).

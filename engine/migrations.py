@@ -45,6 +45,11 @@ step        what changes on disk
             stored as runs copied from their base plus the bytes between
             (:mod:`deltalog.engine.splice`); the zstd deltas of format 7 and
             before still read
+8 → 9       nothing is rewritten: format 9 only adds a shorter frame for
+            records compressed with the trained dictionary (a one-byte
+            dictionary id, the zstd frame without its magic number or a
+            dictionary id: :data:`~deltalog.engine.codec.TAG_DICT_COMPACT`);
+            the records of format 8 and before still read
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only
@@ -97,7 +102,7 @@ Migration = Callable[[Any, NameDbs, RecordCodec], None]
 
 
 def _records_only_added(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
-    """Formats 2, 3 and 8 only add record shapes that older stores lack: nothing to rewrite."""
+    """Formats 2, 3, 8 and 9 only add record shapes that older stores lack: nothing to rewrite."""
 
 
 def checksum_names(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
@@ -328,6 +333,7 @@ MIGRATIONS: Final[tuple[tuple[int, int, Migration], ...]] = (
     (5, 6, format_6),
     (6, 7, compact_write_keys),
     (7, 8, _records_only_added),
+    (8, 9, _records_only_added),
 )
 
 

@@ -21,8 +21,9 @@ from deltalog.engine.codec import (
     CRC_SIZE,
     DENSE_MIN,
     KEYED,
-    TAG_DICT,
+    TAG_DICT_COMPACT,
     TAG_ZSTD,
+    ZSTD_MAGIC,
     RecordCodec,
     fewer_pages_below,
     leaf_max,
@@ -143,14 +144,14 @@ def test_the_large_message_chat_stores_its_answers_in_leaf_pages(tmp_path: Path)
         moved = 0
         for key, value in env.iter_db("writes"):
             cbytes, _, record = split_write_value(value)  # behind the write's channel id
-            if record[0] & ~KEYED != TAG_DICT:
+            if record[0] & ~KEYED != TAG_DICT_COMPACT:
                 continue
-            dict_id = int.from_bytes(record[1:5], "big")
+            dict_id = record[1]  # format 9: a one-byte id, the frame without its magic
             body = codec.compressor.decompress_with_dict(
-                record[5:-CRC_SIZE], dict_id, codec.dictionaries[dict_id]
+                ZSTD_MAGIC + record[2:-CRC_SIZE], dict_id, codec.dictionaries[dict_id]
             )
             level3 = codec.compressor.compress_with_dict(body, dict_id, codec.dictionaries[dict_id])
-            if len(cbytes) + 1 + 4 + len(level3) + CRC_SIZE > leaf_max(len(key), limit):
+            if len(cbytes) + 2 + len(level3) - 4 + CRC_SIZE > leaf_max(len(key), limit):
                 assert len(value) <= leaf_max(len(key), limit), key
                 moved += 1
         assert moved >= 10, f"only {moved} answers were near the leaf limit"
@@ -195,7 +196,7 @@ def test_an_ahead_made_before_the_dictionary_arrived_is_not_used() -> None:
     trained = _trained_codec()
     codec.install(1, trained.dictionaries[1], activate=True)
     framed = codec.encode_body(body, key=b"k" * 42, ahead=ahead)
-    assert framed[0] & ~KEYED == TAG_DICT
+    assert framed[0] & ~KEYED == TAG_DICT_COMPACT
     assert framed == codec.encode_body(body, key=b"k" * 42)
 
 

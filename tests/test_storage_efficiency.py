@@ -286,7 +286,7 @@ def test_record_dictionary_is_trained_stored_and_shared(
     make_saver: Callable[..., DeltaLogSaver],
 ) -> None:
     """After enough records a zstd dictionary is trained, stored in meta and used; another opener reads it."""
-    from deltalog.engine.codec import TAG_DICT
+    from deltalog.engine.codec import TAG_DICT_COMPACT
 
     saver = make_saver()
     graph = run(saver, 120, 100)
@@ -294,7 +294,7 @@ def test_record_dictionary_is_trained_stored_and_shared(
     with saver.env.read() as r:
         assert [i for i, _ in r.dictionaries()] == [1]
     tags = [raw[0] & ~KEYED for _, raw in saver.env.iter_db("checkpoints")]
-    assert tags.count(TAG_DICT) > len(tags) // 4
+    assert tags.count(TAG_DICT_COMPACT) > len(tags) // 4
     before = history(graph, cfg("t"))
     # A second saver on the same path (as another process would) decodes dictionary records.
     other = DeltaLogSaver.from_path(saver.env.path)
@@ -311,7 +311,7 @@ def test_a_workload_of_large_records_gets_a_dictionary_too() -> None:
     same shape then compress with it."""
     import random
 
-    from deltalog.engine.codec import TAG_DICT, TRAIN_BYTES
+    from deltalog.engine.codec import TAG_DICT_COMPACT, TRAIN_BYTES
 
     words = ["checkpoint", "thread", "channel", "delta", "the", "of", "replay", "store"]
     rng = random.Random(7)
@@ -328,7 +328,7 @@ def test_a_workload_of_large_records_gets_a_dictionary_too() -> None:
         assert seen < 400, "sampling never asked for training"
     assert seen * 4000 > TRAIN_BYTES
     codec.install(1, codec.train(), activate=True)
-    assert codec.encode_body(body())[0] == TAG_DICT
+    assert codec.encode_body(body())[0] == TAG_DICT_COMPACT
 
 
 _TRAINER = """
@@ -355,9 +355,9 @@ def test_a_reader_open_before_another_process_trained_the_dictionary_reads_its_r
         root = Path(__file__).resolve().parent.parent
         subprocess.run([sys.executable, "-c", _TRAINER, str(path)], cwd=root, check=True)
         tags = [raw[0] & ~KEYED for _, raw in reader.env.iter_db("checkpoints")]
-        from deltalog.engine.codec import TAG_DICT
+        from deltalog.engine.codec import TAG_DICT_COMPACT
 
-        assert tags.count(TAG_DICT) > len(tags) // 4
+        assert tags.count(TAG_DICT_COMPACT) > len(tags) // 4
         graph = chat_graph(100).compile(checkpointer=reader)
         messages = graph.get_state(cfg("t")).values["messages"]
         assert [m.content for m in messages][::2] == [human(t).content for t in range(120)]

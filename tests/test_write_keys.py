@@ -10,7 +10,7 @@ import lmdb
 import ormsgpack
 import pytest
 from deltalog.engine import DeltaLogSaver, keys
-from deltalog.engine.codec import TAG_DICT
+from deltalog.engine.codec import TAG_DICT_COMPACT
 from deltalog.engine.env import Environment
 from deltalog.engine.envelope import read_write, split_write_value
 from langchain_core.runnables import RunnableConfig
@@ -178,7 +178,7 @@ def test_the_6_to_7_step_moves_every_write_and_keeps_every_state(
     write dictionary, and verifies clean."""
     path, before, count, kind = format_6_store
     with DeltaLogSaver.from_path(path) as saver:
-        assert saver.env.format_version == keys.FORMAT_VERSION == 8
+        assert saver.env.format_version == keys.FORMAT_VERSION == 9
         rows = list(saver.env.iter_db("writes"))
         assert len(rows) == count
         tags = []
@@ -191,7 +191,7 @@ def test_the_6_to_7_step_moves_every_write_and_keeps_every_state(
             )
             assert task_path is not None
         if kind == "chat":
-            assert tags.count(TAG_DICT) > len(tags) // 4
+            assert tags.count(TAG_DICT_COMPACT) > len(tags) // 4
         assert history(_graph(kind)(checkpointer=saver), cfg("t")) == before
         assert saver.verify(deep=True).ok
 
