@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final, TypeVar
 
 import lmdb
-from deltalog.engine.codec import encode_dictionary
+from deltalog.engine.codec import EARLY_DICT, FINAL_DICT, encode_dictionary
 from deltalog.engine.env_files import (
     PARTIAL_SUFFIX,
     fsync_dir,
@@ -344,21 +344,27 @@ class Environment(EnvironmentBase):
             return
 
     def _hand_dictionaries(self, txn: Any) -> None:
-        """Hand the codec the store's record dictionary once one is stored.
+        """Hand the codec the store's record dictionaries once they are stored.
 
-        A store has at most one dictionary, immutable once written; another
-        process may have trained it after this one opened the store. Until
-        this process knows it, each transaction looks for it (one get), so
-        the codec is given every dictionary a record of this snapshot can name.
-        A damaged dictionary is not handed over: the records that need it fail
-        to decode (CorruptRecordError) and ``verify`` reports it; others read.
+        A store has at most two, each immutable once written: the early one
+        (``dict:0``, format 9) and the final one (``dict:1``); another process
+        may have trained either after this one opened the store. Until this
+        process knows the final one, each new snapshot is looked at (a get or
+        two), so the codec is given every dictionary a record of this snapshot
+        can name. A damaged dictionary is not handed over: the records that
+        need it fail to decode (CorruptRecordError) and ``verify`` reports it;
+        others read.
         """
-        if self.codec.dictionaries:
+        known = self.codec.dictionaries
+        if FINAL_DICT in known:
             return
         snapshot = txn.id()
-        if snapshot == self._no_dictionary_at:  # this snapshot was looked at: none
+        if snapshot == self._no_dictionary_at:  # this snapshot was looked at: nothing new
             return
-        if txn.get(b"dict:1", db=self._dbs.meta) is None:
+        meta = self._dbs.meta
+        if txn.get(b"dict:1", db=meta) is None and (
+            EARLY_DICT in known or txn.get(b"dict:0", db=meta) is None
+        ):
             self._no_dictionary_at = snapshot
             return
         try:
@@ -370,15 +376,15 @@ class Environment(EnvironmentBase):
             self.codec.install(dict_id, dictionary, activate=dict_id == found[-1][0])
 
     def _train_dictionary(self) -> None:
-        """Train the store's record dictionary from this process's samples and store it.
+        """Train a record dictionary from this process's samples and store it.
 
         Runs under the writer lock right after a commit. If another process
-        stored a dictionary first, that one is adopted instead: a store has
-        one, immutable once written, so every record names a dictionary that
-        is on disk before the record is.
+        stored that dictionary (or the final one) first, it is adopted
+        instead: each is immutable once written, so every record names a
+        dictionary that is on disk before the record is.
         """
         try:
-            trained = self.codec.train()
+            stage, trained = self.codec.train()
         except Exception as exc:  # too few distinct samples; sampling starts over
             logger.info("record dictionary training skipped: %s", exc)
             return
@@ -387,12 +393,14 @@ class Environment(EnvironmentBase):
             txn_id: int = txn.id()
             self.memo.begin_write(txn_id)
             try:
-                existing = ReadTxn(self, txn).dictionaries()
-                if existing:
-                    dict_id, dictionary = existing[-1]
+                existing = dict(ReadTxn(self, txn).dictionaries())
+                adopt = FINAL_DICT if FINAL_DICT in existing else stage
+                if adopt in existing:
+                    dict_id, dictionary = adopt, existing[adopt]
                 else:
-                    dict_id, dictionary = 1, trained
-                    txn.put(b"dict:1", encode_dictionary(b"dict:1", trained), db=self._dbs.meta)
+                    dict_id, dictionary = stage, trained
+                    key = f"dict:{stage}".encode("ascii")
+                    txn.put(key, encode_dictionary(key, trained), db=self._dbs.meta)
                 txn.commit()
                 self.memo.committed(txn_id)
             except lmdb.MapFullError:
@@ -404,6 +412,10 @@ class Environment(EnvironmentBase):
                 txn.abort()
                 logger.warning("could not store the record dictionary: %s", exc)
                 return
+            # Every dictionary a record of this snapshot can name: records of the
+            # early one stay readable once the final one is known.
+            for other, stored in existing.items():
+                self.codec.install(other, stored)
             self.codec.install(dict_id, dictionary, activate=True)
             return
 

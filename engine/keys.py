@@ -172,7 +172,8 @@ FORMAT_VERSION: Final = 9
 #: refer to their checkpoint's input, format 8 added splice deltas (a blob as runs
 #: copied from its base, :mod:`deltalog.engine.splice`), format 9 a shorter frame
 #: for records compressed with the trained dictionary
-#: (:data:`deltalog.engine.codec.TAG_DICT_COMPACT`). A writable open upgrades an older store through
+#: (:data:`deltalog.engine.codec.TAG_DICT_COMPACT`) and an early dictionary
+#: (:data:`deltalog.engine.codec.EARLY_DICT`). A writable open upgrades an older store through
 #: :data:`deltalog.engine.migrations.MIGRATIONS`; a read-only open reads it as it is.
 READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9})
 #: The first format whose records (and trained dictionaries) carry a CRC over their key.

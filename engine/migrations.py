@@ -48,8 +48,10 @@ step        what changes on disk
 8 → 9       nothing is rewritten: format 9 only adds a shorter frame for
             records compressed with the trained dictionary (a one-byte
             dictionary id, the zstd frame without its magic number or a
-            dictionary id: :data:`~deltalog.engine.codec.TAG_DICT_COMPACT`);
-            the records of format 8 and before still read
+            dictionary id: :data:`~deltalog.engine.codec.TAG_DICT_COMPACT`),
+            and the early dictionary (``meta/dict:0``,
+            :data:`~deltalog.engine.codec.EARLY_DICT`); the records of format
+            8 and before still read
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only

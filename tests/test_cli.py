@@ -255,15 +255,19 @@ def test_missing_store_is_a_usage_error(tmp_path: Path) -> None:
 def test_demo_runs_a_delta_chat_with_constant_bytes_per_turn(tmp_path: Path) -> None:
     """The demo's graph stores O(1) bytes per turn while the state grows; the store is real."""
     path = tmp_path / "demo.lmdb"
-    data = run_json("demo", path, "--turns", 24, "--snapshot-every", 10)
-    assert data["turns"] == 24 and data["messages"] == 48
+    data = run_json("demo", path, "--turns", 44, "--snapshot-every", 10)
+    assert data["turns"] == 44 and data["messages"] == 88
     samples = data["samples"]
-    assert [s["turn"] for s in samples][-1] == 24
+    assert [s["turn"] for s in samples][-1] == 44
     per_turn = [s["bytes_per_turn"] for s in samples]
-    # growth per turn stays flat (a seed every 10 updates adds a little) while the state grows
-    assert max(per_turn) < 2 * min(per_turn)
+    # Growth per turn stays flat (a seed every 10 updates adds a little) while the state
+    # grows: once the early record dictionary is trained (~turn 14, format 9), and never
+    # above what the first turns took.
+    late = [s["bytes_per_turn"] for s in samples if s["turn"] > 20]
+    assert len(late) >= 5 and max(late) < 2 * min(late)
+    assert max(late) <= max(per_turn[:3])
     assert samples[-1]["state_bytes"] > 8 * samples[0]["state_bytes"]
-    assert data["last_messages"][-1]["id"] == "assistant-24"
+    assert data["last_messages"][-1]["id"] == "assistant-44"
     with opened(path) as saver:
         seeds = [
             t

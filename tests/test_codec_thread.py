@@ -227,7 +227,7 @@ def test_dictionary_training_runs_on_the_codec_thread_then_trims(
     while not record_codec.wants_training:
         text = " ".join(rng.choice(words) for _ in range(600))
         record_codec.encode_body(b"\x92\xa7message" + text.encode()[:4000])
-    dictionary = record_codec.train()
+    _, dictionary = record_codec.train()
     assert isinstance(dictionary, bytes) and dictionary
     assert [kind for kind, _ in calls] == ["train", "trim"]
     assert all(name.startswith("deltalog-codec") for _, name in calls), calls

@@ -41,12 +41,14 @@ def _body(i: int) -> bytes:
 
 
 def _trained() -> RecordCodec:
+    """A codec with both dictionaries, the final one (id 1) active."""
     codec = RecordCodec()
     i = 0
-    while not codec.wants_training:
-        codec.encode_body(_body(i))
-        i += 1
-    codec.install(1, codec.train(), activate=True)
+    while codec.active_dictionary != 1:
+        while not codec.wants_training:
+            codec.encode_body(_body(i))
+            i += 1
+        codec.install(*codec.train(), activate=True)
     return codec
 
 
@@ -134,8 +136,8 @@ def test_format_8_dictionary_records_in_a_store_still_read(tmp_path: Path) -> No
             for key, raw in list(saver.env.iter_db(name)):
                 prefix = raw[: 1 + raw[0]] if name == "writes" else b""
                 record = raw[len(prefix) :]
-                if record[0] & ~KEYED != TAG_DICT_COMPACT:
-                    continue
+                if record[0] & ~KEYED != TAG_DICT_COMPACT or record[1] != 1:
+                    continue  # format 8 had only dictionary 1 (no early one)
                 body = codec.compressor.decompress_with_dict(
                     ZSTD_MAGIC + record[2:-CRC_SIZE], 1, codec.dictionaries[1]
                 )

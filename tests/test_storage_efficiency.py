@@ -285,16 +285,19 @@ def test_allowlist_clone_has_its_own_cache(make_saver: Callable[..., DeltaLogSav
 def test_record_dictionary_is_trained_stored_and_shared(
     make_saver: Callable[..., DeltaLogSaver],
 ) -> None:
-    """After enough records a zstd dictionary is trained, stored in meta and used; another opener reads it."""
+    """After enough records zstd dictionaries are trained, stored in meta and used (the
+    early one from the first 32 KiB of records, then the final one); another opener
+    reads both."""
     from deltalog.engine.codec import TAG_DICT_COMPACT
 
     saver = make_saver()
     graph = run(saver, 120, 100)
     assert saver.env.codec.active_dictionary == 1
     with saver.env.read() as r:
-        assert [i for i, _ in r.dictionaries()] == [1]
-    tags = [raw[0] & ~KEYED for _, raw in saver.env.iter_db("checkpoints")]
-    assert tags.count(TAG_DICT_COMPACT) > len(tags) // 4
+        assert [i for i, _ in r.dictionaries()] == [0, 1]
+    records = [raw for _, raw in saver.env.iter_db("checkpoints")]
+    named = [raw[1] for raw in records if raw[0] & ~KEYED == TAG_DICT_COMPACT]
+    assert named.count(0) > 10 and named.count(1) > len(records) // 4
     before = history(graph, cfg("t"))
     # A second saver on the same path (as another process would) decodes dictionary records.
     other = DeltaLogSaver.from_path(saver.env.path)
@@ -322,13 +325,117 @@ def test_a_workload_of_large_records_gets_a_dictionary_too() -> None:
 
     codec = RecordCodec()
     seen = 0
-    while not codec.wants_training:
-        codec.encode_body(body())
-        seen += 1
-        assert seen < 400, "sampling never asked for training"
+    trained = []
+    while codec.active_dictionary != 1:
+        while not codec.wants_training:
+            codec.encode_body(body())
+            seen += 1
+            assert seen < 400, "sampling never asked for training"
+        dict_id, dictionary = codec.train()
+        trained.append(dict_id)
+        codec.install(dict_id, dictionary, activate=True)
+        assert codec.encode_body(body())[:2] == bytes((TAG_DICT_COMPACT, dict_id))
+    # The early dictionary after 32 records, then sampling went on to the final one.
+    assert trained == [0, 1]
     assert seen * 4000 > TRAIN_BYTES
-    codec.install(1, codec.train(), activate=True)
-    assert codec.encode_body(body())[0] == TAG_DICT_COMPACT
+
+
+def _checkpoint_bytes(saver: DeltaLogSaver, first: int) -> int:
+    """Value bytes of the checkpoint records after the ``first`` ones (key order)."""
+    return sum(len(raw) for _, raw in list(saver.env.iter_db("checkpoints"))[first:])
+
+
+def test_a_young_store_compresses_with_the_early_dictionary(
+    make_saver: Callable[..., DeltaLogSaver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Format 9: the first 32 KiB of records train a small dictionary, so a short chat's
+    records are compressed with one long before the final dictionary (256 KiB of
+    records); without it they were stored as they are (under compress_threshold)."""
+    from deltalog.engine import codec
+
+    early = make_saver()
+    run(early, 40, 100)
+    assert early.env.codec.active_dictionary == codec.EARLY_DICT
+    monkeypatch.setattr(codec, "EARLY_RECORDS", 10**9)  # as before format 9
+    late = make_saver()
+    run(late, 40, 100)
+    assert late.env.codec.active_dictionary is None
+    # Turns 20-40 (three checkpoint records a turn): a third of the bytes or less.
+    assert _checkpoint_bytes(early, 60) * 3 < _checkpoint_bytes(late, 60)
+    assert history(chat_graph(100).compile(checkpointer=early), cfg("t")) == history(
+        chat_graph(100).compile(checkpointer=late), cfg("t")
+    )
+
+
+_WRITER = """
+import sys
+from deltalog.engine import DeltaLogSaver
+from tests.graphs import cfg, chat_graph, human
+with DeltaLogSaver.from_path(sys.argv[1]) as saver:
+    graph = chat_graph(100).compile(checkpointer=saver)
+    for turn in range(int(sys.argv[3])):
+        graph.invoke({"messages": [human(turn)]}, cfg(sys.argv[2]))
+    assert saver.env.codec.active_dictionary == int(sys.argv[4])
+"""
+
+
+def test_a_process_picks_up_each_dictionary_another_one_stored(tmp_path: Path) -> None:
+    """A process open before other processes stored the early dictionary, then the
+    final one, reads the records naming each (it learns of the final one after it
+    knew the early one) and compresses its own records with the final one."""
+    path = tmp_path / "s"
+    root = Path(__file__).resolve().parent.parent
+
+    def write(thread_id: str, turns: int, active: int) -> None:
+        argv = [sys.executable, "-c", _WRITER, str(path), thread_id, str(turns), str(active)]
+        subprocess.run(argv, cwd=root, check=True)
+
+    reader = DeltaLogSaver.from_path(path)
+    try:
+        graph = chat_graph(100).compile(checkpointer=reader)
+        write("a", 30, 0)  # another process: the early dictionary
+        messages = graph.get_state(cfg("a")).values["messages"]
+        assert [m.content for m in messages][::2] == [human(t).content for t in range(30)]
+        assert reader.env.codec.dictionaries.keys() == {0}
+        write("c", 130, 1)  # another one: the final dictionary beside it
+        messages = graph.get_state(cfg("c")).values["messages"]
+        assert [m.content for m in messages][::2] == [human(t).content for t in range(130)]
+        assert reader.env.codec.dictionaries.keys() == {0, 1}
+        assert reader.env.codec.active_dictionary == 1
+        graph.invoke({"messages": [human(0)]}, cfg("b"))
+        with reader.env.read() as r:
+            assert [i for i, _ in r.dictionaries()] == [0, 1]
+        assert reader.verify(deep=True).ok
+    finally:
+        reader.close()
+
+
+def test_a_process_adopts_the_early_dictionary_another_one_trained(tmp_path: Path) -> None:
+    """A process open before another one stored the early dictionary reads the records
+    that name it, compresses its own with it, and then trains and stores the final one
+    beside it; a later opener reads both."""
+    path = tmp_path / "s"
+    reader = DeltaLogSaver.from_path(path)
+    try:
+        root = Path(__file__).resolve().parent.parent
+        argv = [sys.executable, "-c", _WRITER, str(path), "a", "30", "0"]
+        subprocess.run(argv, cwd=root, check=True)
+        graph = chat_graph(100).compile(checkpointer=reader)
+        messages = graph.get_state(cfg("a")).values["messages"]
+        assert [m.content for m in messages][::2] == [human(t).content for t in range(30)]
+        assert reader.env.codec.dictionaries.keys() == {0}
+        for turn in range(130):
+            graph.invoke({"messages": [human(turn)]}, cfg("b"))
+        assert reader.env.codec.active_dictionary == 1
+        with reader.env.read() as r:
+            assert [i for i, _ in r.dictionaries()] == [0, 1]
+        assert reader.verify(deep=True).ok
+    finally:
+        reader.close()
+    with DeltaLogSaver.from_path(path) as again:
+        graph = chat_graph(100).compile(checkpointer=again)
+        assert len(graph.get_state(cfg("a")).values["messages"]) == 60
+        assert len(graph.get_state(cfg("b")).values["messages"]) == 260
 
 
 _TRAINER = """
@@ -361,7 +468,7 @@ def test_a_reader_open_before_another_process_trained_the_dictionary_reads_its_r
         graph = chat_graph(100).compile(checkpointer=reader)
         messages = graph.get_state(cfg("t")).values["messages"]
         assert [m.content for m in messages][::2] == [human(t).content for t in range(120)]
-        assert reader.env.codec.dictionaries.keys() == {1}
+        assert reader.env.codec.dictionaries.keys() == {0, 1}
         assert reader.verify(deep=True).ok
     finally:
         reader.close()

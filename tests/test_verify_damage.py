@@ -120,7 +120,8 @@ def test_damaged_btree_page_is_reported_by_verify(tmp_path: Path) -> None:
             put_values(saver, f"thread-{i:03d}", {"pad": "y"}, parent=parent)
         with saver.env.read() as r:
             names = {
-                r.name_id(keys.KIND_THREAD, f"thread-{i:03d}"): f"thread-{i:03d}" for i in range(60)
+                r.name_id(keys.KIND_THREAD, f"thread-{i:03d}"): f"thread-{i:03d}"
+                for i in range(120)
             }
     victim = names[_damage_a_checkpoint_leaf(path)]
     with DeltaLogSaver.from_path(path) as saver:
