@@ -1168,7 +1168,8 @@ class RecordCodec:
             elif tag == TAG_DICT:
                 frame = framed[5:]
             elif tag == TAG_DICT_COMPACT:
-                frame = memoryview(ZSTD_MAGIC + framed[2:])
+                # The frame header alone says the size: magic plus at most 14 bytes.
+                frame = memoryview(ZSTD_MAGIC + framed[2:16])
             elif tag == TAG_DELTA:
                 head = _delta_fields(framed)
                 frame = memoryview(head.packed)
@@ -1176,7 +1177,7 @@ class RecordCodec:
                 copied = 0 if head.splice is None else sum(head.splice[3::3])
             else:
                 return len(framed)
-            size = zstandard.frame_content_size(bytes(frame))
+            size = zstandard.frame_content_size(frame)  # reads the header, copies nothing
             return int(size) + copied + 1 if size >= 0 else len(data)
         except Exception as exc:  # every failure here means the bytes are damaged
             raise CorruptRecordError(
