@@ -346,8 +346,8 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
             clone.history_copies = HistoryCopies()
         return clone
 
-    def _to_tuple(self, row: CheckpointRow) -> CheckpointTuple:
-        return to_tuple(self.serde, self.cache, row)
+    def _to_tuple(self, row: CheckpointRow, *, spare: int = 0) -> CheckpointTuple:
+        return to_tuple(self.serde, self.cache, row, spare=spare)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -374,11 +374,7 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
                 and _may_spare(v for v in row.values.values() if seed_like(v.typed))
                 and r.is_latest(*ids, checkpoint_id)
             )
-        return (
-            None
-            if row is None
-            else to_tuple(self.serde, self.cache, row, spare=SPARE_STATE if head else 0)
-        )
+        return None if row is None else self._to_tuple(row, spare=SPARE_STATE if head else 0)
 
     def list(
         self,
