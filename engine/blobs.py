@@ -190,7 +190,7 @@ class BlobReads(TxnBase):
         c = self.name_id(keys.KIND_CHANNEL, channel)
         if c is None:
             return None
-        key = keys.blob_key(t, n, c, version)
+        key = keys.blob_key(t, n, c, version, legacy=self.legacy_blobs)
         raw = self.txn.get(key, db=self.dbs.blobs)
         if raw is None:
             return None
@@ -214,7 +214,7 @@ class BlobReads(TxnBase):
         else:
             base_payload = b""
             if head.ref:
-                base_key = keys.blob_base_key(key, head.ref)
+                base_key = keys.blob_base_key(key, head.ref, legacy=self.legacy_blobs)
                 base_raw = self.txn.get(base_key, db=self.dbs.blobs)
                 if base_raw is None or links >= MAX_LINKS:
                     raise CorruptRecordError(
@@ -344,7 +344,7 @@ class BlobReads(TxnBase):
         if held is not None:
             return held[0], held[1]
         (t, n), _ = keys.split_ids(ckey, 2)
-        key = keys.blob_key(t, n, channel_id, version)
+        key = keys.blob_key(t, n, channel_id, version, legacy=self.legacy_blobs)
         braw = self.txn.get(key, db=self.dbs.blobs)
         if braw is None:
             return None
@@ -358,8 +358,9 @@ class BlobReads(TxnBase):
 
     def _range_content(self, blob_key: bytes, span: tuple[bytes, bytes]) -> bytes:
         """:meth:`write_content` of a blob's write range (its thread, ns and channel)."""
-        (t, n, c), _ = keys.split_ids(blob_key, 3)
-        return self.write_content(keys.ns_prefix(t, n), keys.uid(c), *span)
+        (t, n), _ = keys.split_ids(blob_key, 2)
+        cbytes = keys.blob_channel(blob_key, legacy=self.legacy_blobs)
+        return self.write_content(keys.ns_prefix(t, n), cbytes, *span)
 
     def write_content(self, prefix: bytes, cbytes: bytes, lo: bytes, hi: bytes) -> bytes:
         """Payloads of the writes (idx ≥ 0) to one channel under checkpoints ``lo`` … ``hi``.
@@ -503,14 +504,14 @@ class BlobWrites(WriteBase, BlobReads):
             if cur.set_key(key):
                 return
             base_payload, base_ref, seq = b"", b"", 0
-            prefix = keys.blob_prefix(t, n, c)
-            base = self._skip_delta_base(cur, key, prefix)
+            prefix, cbytes = keys.ns_prefix(t, n), keys.uid(c)
+            base = self._skip_delta_base(cur, key, prefix, cbytes)
             base_typed: Typed | None = None
             if base is not None:
                 base_typed = self.blob_typed(base[0], base[1])
                 span = link_span(len(typed[1]), len(base_typed[1]), base[2] - base[3])
                 if span is not None:
-                    base = self._skip_delta_base(cur, key, prefix, span)
+                    base = self._skip_delta_base(cur, key, prefix, cbytes, span)
                     base_typed = None if base is None else self.blob_typed(base[0], base[1])
             if base is not None and base_typed is not None:
                 base_key, _, base_seq, _ = base
@@ -609,7 +610,8 @@ class BlobWrites(WriteBase, BlobReads):
         """
         self.memo_everything = True
         doomed = set(doomed)
-        prefix = keys.ns_prefix(t, n) if channel is None else keys.blob_prefix(t, n, channel)
+        prefix = keys.ns_prefix(t, n)
+        cbytes = None if channel is None else keys.uid(channel)
         rewrite: list[tuple[bytes, DeltaHeader, Typed, bool]] = []
         cur = self.txn.cursor(db=self.dbs.blobs)
         ok = cur.set_range(prefix)
@@ -617,7 +619,7 @@ class BlobWrites(WriteBase, BlobReads):
             key, raw = cur.key(), cur.value()
             head = (
                 None
-                if key in doomed
+                if key in doomed or (cbytes is not None and keys.blob_channel(key) != cbytes)
                 else self.codec.delta_header(raw, f"blobs/{key.hex()}", key=key)
             )
             if head is not None:
@@ -640,19 +642,23 @@ class BlobWrites(WriteBase, BlobReads):
         return len(rewrite)
 
     def _skip_delta_base(
-        self, cur: Any, key: bytes, prefix: bytes, span: int | None = None
+        self, cur: Any, key: bytes, prefix: bytes, cbytes: bytes, span: int | None = None
     ) -> tuple[bytes, bytes, int, int] | None:
         """(base key, base record, new version's index, base's index) for a new blob
-        at ``key``: the channel's stored versions, newest first, given to
-        :func:`~deltalog.engine.core.skip_base` (with its ``span``)."""
+        at ``key``: the channel's (uid bytes ``cbytes``) stored versions in the
+        (thread, ns) ``prefix``, newest first, given to
+        :func:`~deltalog.engine.core.skip_base` (with its ``span``). The walk steps
+        over the other channels' blobs between them (blob keys are version-major)."""
         last = [0]
 
         def newest_first() -> Iterator[int]:  # leaves the cursor on the last index given
             ok = cur.prev() if cur.set_range(key) else cur.last()
             while ok and cur.key().startswith(prefix):
-                info = self.codec.delta_info(cur.value(), f"blobs/{cur.key().hex()}", key=cur.key())
-                last[0] = 0 if info is None else info[1]
-                yield last[0]
+                at = cur.key()
+                if keys.blob_channel(at) == cbytes:
+                    info = self.codec.delta_info(cur.value(), f"blobs/{at.hex()}", key=at)
+                    last[0] = 0 if info is None else info[1]
+                    yield last[0]
                 ok = cur.prev()
 
         found = skip_base(newest_first(), span)

@@ -108,9 +108,8 @@ class HistoryReads(BlobReads):
         if walk.done:
             return histories(walk, entries=entries, bases=bases)
         wanted = {keys.uid(i): c for c, i in ids.items() if i is not None and c in walk.remaining}
-        blob_prefixes = {
-            c: prefix + keys.uid(i) for c, i in ids.items() if i is not None and c in walk.remaining
-        }
+        channel_uids = {c: i for c, i in ids.items() if i is not None and c in walk.remaining}
+        legacy = self.legacy_blobs
         # Entries are built only along links whose child key is greater than the
         # parent key, and only blob keys probed missing can turn into seeds later.
         monotonic = True
@@ -143,7 +142,7 @@ class HistoryReads(BlobReads):
                     if typed is not None:
                         seeds[channel] = inline_value(key, channel, typed)
                         continue
-                    bkey = blob_prefixes[channel] + keys.encode_version(version)
+                    bkey = keys.blob_key(t, n, channel_uids[channel], version, legacy=legacy)
                     braw = self.txn.get(bkey, db=self.dbs.blobs)
                     if braw is None:
                         absent.append(bkey)
@@ -237,7 +236,7 @@ class HistoryReads(BlobReads):
                 or (
                     i is not None
                     and c in r.versions
-                    and cur.set_key(keys.blob_key(t, n, i, r.versions[c]))
+                    and cur.set_key(keys.blob_key(t, n, i, r.versions[c], legacy=self.legacy_blobs))
                 )
             )
             nodes[r.cid] = Node(

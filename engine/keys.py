@@ -1,6 +1,6 @@
 """The on-disk key layout of a deltalog store. No other module builds key bytes.
 
-One LMDB environment holds these named databases (``FORMAT_VERSION`` = 9):
+One LMDB environment holds these named databases (``FORMAT_VERSION`` = 10):
 
 ============  ==========================================================  ==========================
 database      key (byte encoding, in order)                               value
@@ -13,7 +13,8 @@ checkpoints   thread(uid) · ns(uid) · checkpoint_id(id)                   chec
 writes        thread(uid) · ns(uid) · checkpoint_id(id) · task_id(tid)    channel(uid) · write record
               · idx(i32 sign-shifted) (format 7; before, task_path(str)   (its task path inside)
               · task_id(str) after the checkpoint id)
-blobs         thread(uid) · ns(uid) · channel(uid) · version(ver)         blob record
+blobs         thread(uid) · ns(uid) · version(ver) · channel(uid)         blob record
+              (format 10; before, channel(uid) · version(ver) after ns)
 runs          run_id(run) · thread(uid) · ns(uid) · checkpoint_id(id)     empty
 item_ns       ``0x00`` · namespace name-key                              namespace id (u64 BE)
               ``0x01`` · namespace id (u64 BE, fixed)                     namespace record
@@ -83,8 +84,19 @@ spelling of the same tuple, would otherwise read as the same checkpoint twice;
 it raises :class:`DamagedKeyError` instead.
 
 Invariants: a checkpoint's writes are contiguous under its checkpoint key
-prefix (in formats 1-6 also in ``writes_sort_key`` order); blobs of one channel are
-contiguous and in version order; nothing here depends on the serializer.
+prefix (in formats 1-6 also in ``writes_sort_key`` order); a (thread, ns)'s
+blobs are contiguous and in version order, each version's channels together
+(formats 1-9: each channel's blobs contiguous, in version order); nothing here
+depends on the serializer.
+
+Why blobs are version-major (format 10): LangGraph gives every channel a step
+writes the same next version (one more than the checkpoint's highest), so a
+thread's new blobs go at the end of its key range, where LMDB fills pages. Keyed
+channel first, every channel but the last took its new blob in the middle of
+the range, where LMDB splits a page in half and never fills the left half
+again: on the benchmark chat, whether the input channel's blobs filled their
+pages (0.91) or half of them (0.43) depended on where the first split fell,
+~260 B a turn (docs/benchmarks.md, stop 38).
 """
 
 from __future__ import annotations
@@ -101,6 +113,7 @@ from deltalog.engine.errors import DamagedKeyError, InvalidInputError, KeyTooLon
 from ulid import ULID
 
 __all__ = [
+    "BLOB_KEYS_FORMAT",
     "FORMAT_VERSION",
     "FWD",
     "KEYED_FORMAT",
@@ -112,9 +125,10 @@ __all__ = [
     "WDEP",
     "WRITE_KEYS_FORMAT",
     "blob_base_key",
+    "blob_channel",
     "blob_key",
-    "blob_prefix",
     "blob_version_bytes",
+    "channel_prefix",
     "checkpoint_id_bytes",
     "checkpoint_key",
     "decode_blob_key",
@@ -156,6 +170,7 @@ __all__ = [
     "thread_prefix",
     "u64",
     "uid",
+    "version_end",
     "wdep_key",
     "write_checkpoint_key",
     "write_idx",
@@ -163,7 +178,7 @@ __all__ = [
     "write_suffix",
 ]
 
-FORMAT_VERSION: Final = 9
+FORMAT_VERSION: Final = 10
 #: Formats this version reads. Formats 2 and 3 only added record shapes (delta
 #: blobs over writes, small values inside checkpoint records); format 4 put a
 #: CRC on the name records, format 5 a CRC over each record's key (checkpoints,
@@ -173,13 +188,17 @@ FORMAT_VERSION: Final = 9
 #: copied from its base, :mod:`deltalog.engine.splice`), format 9 a shorter frame
 #: for records compressed with the trained dictionary
 #: (:data:`deltalog.engine.codec.TAG_DICT_COMPACT`) and an early dictionary
-#: (:data:`deltalog.engine.codec.EARLY_DICT`). A writable open upgrades an older store through
+#: (:data:`deltalog.engine.codec.EARLY_DICT`), format 10 blob keys with the version before
+#: the channel (:data:`BLOB_KEYS_FORMAT`). A writable open upgrades an older store through
 #: :data:`deltalog.engine.migrations.MIGRATIONS`; a read-only open reads it as it is.
-READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9})
+READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
 #: The first format whose records (and trained dictionaries) carry a CRC over their key.
 KEYED_FORMAT: Final = 5
 #: The first format whose write keys hold the task id alone (the task path is in the record).
 WRITE_KEYS_FORMAT: Final = 7
+#: The first format whose blob keys hold the version before the channel (``legacy=True``
+#: of the blob key functions reads the layout before it).
+BLOB_KEYS_FORMAT: Final = 10
 #: ``meta`` key prefix of the write-dependency marks (``wdep_key``).
 WDEP: Final = b"wdep"
 #: ``meta`` key prefix of the forward-link marks (``fwd_key``).
@@ -476,6 +495,32 @@ def decode_version(buf: bytes, pos: int) -> tuple[str | int | float, int]:
     return value, end
 
 
+def version_end(buf: bytes, pos: int) -> int:
+    """Where a ``ver`` field starting at ``pos`` ends, without decoding it (a damaged
+    field raises :class:`DamagedKeyError`; :func:`decode_version` checks its form)."""
+    tag = buf[pos] if pos < len(buf) else None
+    if tag in (_VER_INT, _VER_FLOAT):
+        end = pos + 9
+    elif tag in (_VER_STR, _VER_COUNTER):
+        end = _str_end(buf, pos + (1 if tag == _VER_STR else 9))
+    else:
+        raise _damaged(buf, f"unknown version tag {tag!r} at {pos}")
+    if end > len(buf):
+        raise _damaged(buf, f"version cut short at {pos}")
+    return end
+
+
+def _str_end(buf: bytes, pos: int) -> int:
+    """Where a ``str`` field starting at ``pos`` ends (after its terminator)."""
+    while True:
+        nul = buf.find(b"\x00", pos)
+        if nul < 0 or nul + 1 >= len(buf):
+            raise _damaged(buf, f"string at {pos} has no terminator")
+        if buf[nul + 1] == 0x00:
+            return nul + 2
+        pos = nul + 2
+
+
 def encode_run(run_id: str) -> bytes:
     """Encode a run id for the ``runs`` index."""
     if len(run_id) == 36:
@@ -574,24 +619,48 @@ def rethread(key: bytes, thread: int) -> bytes:
     return uid(thread) + key[decode_uid(key, 0)[1] :]
 
 
-def blob_prefix(thread: int, ns: int, channel: int) -> bytes:
-    """Prefix of every blob of one channel in one (thread, ns)."""
+def channel_prefix(thread: int, ns: int, channel: int) -> bytes:
+    """thread · ns · channel: the key of a channel's write-dependency mark after
+    ``wdep``, and the prefix of a channel's blobs in formats 1-9."""
     return uid(thread) + uid(ns) + uid(channel)
 
 
-def blob_version_bytes(key: bytes) -> bytes:
-    """The encoded version at the end of a blob key (a delta's reference to its base)."""
-    return key[split_ids(key, 3)[1] :]
+def blob_key(
+    thread: int, ns: int, channel: int, version: str | int | float, *, legacy: bool = False
+) -> bytes:
+    """Key of ``blobs``: thread · ns · version · channel, or (``legacy``, formats 1-9)
+    thread · ns · channel · version."""
+    if legacy:
+        return channel_prefix(thread, ns, channel) + encode_version(version)
+    return uid(thread) + uid(ns) + encode_version(version) + uid(channel)
 
 
-def blob_base_key(key: bytes, version_bytes: bytes) -> bytes:
+def _blob_parts(key: bytes, legacy: bool) -> tuple[int, int, int]:
+    """Where a blob key's parts are: (end of thread · ns, end of the first field after
+    it, the key's length). Only the lengths are read; :func:`decode_blob_key` checks."""
+    _, pos = split_ids(key, 2)
+    mid = decode_uid(key, pos)[1] if legacy else version_end(key, pos)
+    return pos, mid, len(key)
+
+
+def blob_version_bytes(key: bytes, *, legacy: bool = False) -> bytes:
+    """The encoded version of a blob key (a delta's reference to its base)."""
+    pos, mid, end = _blob_parts(key, legacy)
+    return key[mid:end] if legacy else key[pos:mid]
+
+
+def blob_channel(key: bytes, *, legacy: bool = False) -> bytes:
+    """The channel's uid bytes of a blob key (compare with :func:`uid`)."""
+    pos, mid, end = _blob_parts(key, legacy)
+    return key[pos:mid] if legacy else key[mid:end]
+
+
+def blob_base_key(key: bytes, version_bytes: bytes, *, legacy: bool = False) -> bytes:
     """Key of another version of the same blob's (thread, ns, channel)."""
-    return key[: split_ids(key, 3)[1]] + version_bytes
-
-
-def blob_key(thread: int, ns: int, channel: int, version: str | int | float) -> bytes:
-    """Key of ``blobs``."""
-    return blob_prefix(thread, ns, channel) + encode_version(version)
+    pos, mid, end = _blob_parts(key, legacy)
+    if legacy:
+        return key[:mid] + version_bytes
+    return key[:pos] + version_bytes + key[mid:end]
 
 
 def run_key(run: bytes, thread: int, ns: int, cid: bytes) -> bytes:
@@ -657,7 +726,7 @@ def fwd_key(thread: int, ns: int) -> bytes:
 
 def wdep_key(thread: int, ns: int, channel: int) -> bytes:
     """``meta`` key of a channel's write-dependency mark (see ``WriteTxn.put_blob``)."""
-    return WDEP + blob_prefix(thread, ns, channel)
+    return WDEP + channel_prefix(thread, ns, channel)
 
 
 def write_suffix(key: bytes, cid_end: int) -> tuple[str, int]:
@@ -673,11 +742,17 @@ def legacy_write_suffix(key: bytes, cid_end: int) -> tuple[str, str, int]:
     return task_path, task_id, _idx_at(key, pos)
 
 
-def decode_blob_key(key: bytes) -> tuple[int, int, int, str | int | float]:
-    """Split a ``blobs`` key into (thread, ns, channel, version)."""
-    (t, n, c), pos = split_ids(key, 3)
-    version, end = decode_version(key, pos)
-    _ends(key, end, "version")
+def decode_blob_key(key: bytes, *, legacy: bool = False) -> tuple[int, int, int, str | int | float]:
+    """Split a ``blobs`` key into (thread, ns, channel, version); ``legacy`` reads the
+    layout of formats 1-9 (channel before version)."""
+    if legacy:
+        (t, n, c), pos = split_ids(key, 3)
+        version, end = decode_version(key, pos)
+    else:
+        (t, n), pos = split_ids(key, 2)
+        version, pos = decode_version(key, pos)
+        c, end = decode_uid(key, pos)
+    _ends(key, end, "version" if legacy else "channel")
     return t, n, c, version
 
 

@@ -52,6 +52,10 @@ step        what changes on disk
             and the early dictionary (``meta/dict:0``,
             :data:`~deltalog.engine.codec.EARLY_DICT`); the records of format
             8 and before still read
+9 → 10      every blob moves to a key with the version before the channel,
+            re-framed over it (:func:`version_major_blobs`); a damaged one
+            stays where it is. A thread's new blobs then go at the end of its
+            key range, where LMDB fills its pages
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only
@@ -249,7 +253,8 @@ def mask_blobs(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
         mask = 0
         for i, (channel, version) in enumerate(env.versions.items()):
             c = None if channel in env.inline else channel_id(channel)
-            if c is not None and txn.get(keys.blob_key(t, n, c, version), db=dbs.blobs) is not None:
+            bkey = None if c is None else keys.blob_key(t, n, c, version, legacy=True)
+            if bkey is not None and txn.get(bkey, db=dbs.blobs) is not None:
                 mask |= 1 << i
         env.blobbed = mask
         txn.put(key, codec.encode(env.pack(), key=key), db=dbs.checkpoints)
@@ -309,6 +314,44 @@ def compact_write_keys(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
             ok = cur.next()
 
 
+def version_major_blobs(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
+    """Format 10: every blob moves from ``thread · ns · channel · version`` to
+    ``thread · ns · version · channel`` and is re-framed over its new key.
+
+    One (thread, ns) at a time: its blobs are read, deleted and put under their
+    new keys. Nothing is decompressed, and a delta names its base by version
+    bytes, which do not change. A record that fails its CRC (or a key that does
+    not decode) stays under its old key, which reads and ``verify`` report as
+    damaged, so damage cannot block the upgrade.
+    """
+    cur = txn.cursor(db=dbs.blobs)
+    ok = cur.first()
+    while ok:
+        try:
+            prefix = keys.ns_prefix(*keys.split_ids(bytes(cur.key()), 2)[0])
+        except CorruptRecordError:  # a damaged key: left for verify to report
+            ok = cur.next()
+            continue
+        moves: list[tuple[bytes, bytes, bytes]] = []
+        while ok and bytes(cur.key()).startswith(prefix):
+            key, raw = bytes(cur.key()), bytes(cur.value())
+            ok = cur.next()
+            try:
+                t, n, c, version = keys.decode_blob_key(key, legacy=True)
+                new_key = keys.blob_key(t, n, c, version)
+                moves.append((key, new_key, rekey(raw, key, new_key, f"blobs/{key.hex()}")))
+            except CorruptRecordError:
+                continue  # damaged: left for reads and verify to report
+        for key, _, _ in moves:
+            txn.delete(key, db=dbs.blobs)
+        for _, new_key, value in moves:
+            txn.put(new_key, value, overwrite=False, db=dbs.blobs)
+        # Past every key of the (thread, ns), the moved ones and any left behind.
+        ok = cur.set_range(prefix)
+        while ok and bytes(cur.key()).startswith(prefix):
+            ok = cur.next()
+
+
 def format_5(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
     """Format 5: records framed over their keys, and the memory store's item counts."""
     key_records(txn, dbs, codec)
@@ -336,6 +379,7 @@ MIGRATIONS: Final[tuple[tuple[int, int, Migration], ...]] = (
     (6, 7, compact_write_keys),
     (7, 8, _records_only_added),
     (8, 9, _records_only_added),
+    (9, 10, version_major_blobs),
 )
 
 

@@ -60,7 +60,7 @@ class QueryReads(HistoryReads):
             for channel, version in vers.items():
                 c = self.name_id(keys.KIND_CHANNEL, channel)
                 if c is not None:
-                    out.add(keys.blob_key(t, n, c, version))
+                    out.add(keys.blob_key(t, n, c, version, legacy=self.legacy_blobs))
         return out
 
     def doomed_blobs(
@@ -186,7 +186,7 @@ class QueryReads(HistoryReads):
             return entry(self.name_of(keys.KIND_CHANNEL, channel_id))
 
         for key, value in self.txn.cursor(db=self.dbs.blobs).iternext(keys=True, values=True):
-            e = named(keys.split_ids(key, 3)[0][2])
+            e = named(keys.decode_uid(keys.blob_channel(key, legacy=self.legacy_blobs), 0)[0])
             e["blobs"] += 1
             e["blob_bytes"] += len(value)
             e["raw_bytes"] += self.codec.raw_size(value, f"blobs/{key.hex()}", key=key)
@@ -250,7 +250,7 @@ class QueryReads(HistoryReads):
         ok = cur.set_range(prefix)
         while ok and cur.key().startswith(prefix):
             key = cur.key()
-            _, n, c, version = keys.decode_blob_key(key)
+            _, n, c, version = keys.decode_blob_key(key, legacy=self.legacy_blobs)
             channel = self.name_of(keys.KIND_CHANNEL, c)
             held.pop((n, channel, version), None)
             yield blob(n, channel, version, self.blob_typed(key, cur.value()))

@@ -98,6 +98,7 @@ class TableCheck:
         self.crc = r._names_crc()
         self.legacy_dictionaries = r.env.format_version < keys.KEYED_FORMAT
         self.legacy_writes = r.legacy_writes
+        self.legacy_blobs = r.legacy_blobs
         try:
             seq = r.meta("name_seq") or 0
         except ValueError as exc:  # not msgpack
@@ -196,7 +197,7 @@ class TableCheck:
         self.need(keys.KIND_CHANNEL, split_write_value(raw)[1])
 
     def check_blobs(self, key: bytes, raw: bytes) -> None:
-        t, n, c, _ = keys.decode_blob_key(key)
+        t, n, c, _ = keys.decode_blob_key(key, legacy=self.legacy_blobs)
         self.need(keys.KIND_THREAD, t)
         self.need(keys.KIND_NS, n)
         self.need(keys.KIND_CHANNEL, c)

@@ -159,6 +159,16 @@ class TxnBase:
         raw = self.txn.get(b"format_version", db=self.dbs.meta)
         return read_format_version(raw, self.env.path) < keys.WRITE_KEYS_FORMAT
 
+    @functools.cached_property
+    def legacy_blobs(self) -> bool:
+        """Whether blob keys hold the channel before the version (formats 1-9): a
+        read-only open of an older store, until another process upgrades it (read
+        again per transaction)."""
+        if self.env.format_version >= keys.BLOB_KEYS_FORMAT:
+            return False
+        raw = self.txn.get(b"format_version", db=self.dbs.meta)
+        return read_format_version(raw, self.env.path) < keys.BLOB_KEYS_FORMAT
+
     def ids(self, thread_id: str, checkpoint_ns: str) -> tuple[int, int] | None:
         """Interned (thread, ns) ids, or None when nothing was ever stored there."""
         t = self.name_id(keys.KIND_THREAD, thread_id)

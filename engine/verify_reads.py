@@ -127,9 +127,8 @@ class VerifyReads(QueryReads):
                 if head is not None and span is not None:
                     content = self._range_content(key, span)
                     self.codec.check_writes(head, content, f"blobs/{key.hex()}")
-                    mark = self.txn.get(
-                        keys.WDEP + key[: keys.split_ids(key, 3)[1]], db=self.dbs.meta
-                    )
+                    bt, bn, bc, _ = keys.decode_blob_key(key, legacy=self.legacy_blobs)
+                    mark = self.txn.get(keys.wdep_key(bt, bn, bc), db=self.dbs.meta)
                     if mark is None or bytes(mark) < span[1]:
                         found.problems.append(
                             (

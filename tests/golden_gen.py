@@ -9,7 +9,8 @@ packed into chunks; its memory store is tests/golden_memory_gen.py's), format 6
 by 378341a (the last commit before write keys dropped the task path and a
 run's input was stored once, format 7), format 7 by 8f4d4a8 (the last commit
 before splice deltas, format 8), format 8 by 1bc1b4b (the last commit before
-the shorter frame of dictionary-compressed records, format 9). To write one again (N=1 shown), from the repository root:
+the shorter frame of dictionary-compressed records, format 9), format 9 by
+7380bc8 (the last commit before version-major blob keys, format 10). To write one again (N=1 shown), from the repository root:
 
     git worktree add --detach /tmp/gold-1 eaa3909^
     mkdir -p /tmp/gold-1/_path/deltalog

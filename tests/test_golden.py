@@ -7,14 +7,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import lmdb
 import pytest
-from deltalog.engine import DeltaLogSaver
+from deltalog.engine import DeltaLogSaver, keys
 from deltalog.engine.env import Environment
 
 from tests.golden_gen import delta_blobs, raw_summary, read_back
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "golden"
-FORMATS = [1, 2, 3, 4, 5, 6, 7, 8]
+FORMATS = [1, 2, 3, 4, 5, 6, 7, 8, 9]
 """Every earlier on-disk format, each written by its own last commit (tests/golden_gen.py)."""
 
 
@@ -63,3 +64,32 @@ def test_writable_open_keeps_the_states(fmt: int, tmp_path: Path) -> None:
     assert states(store, readonly=False) == expected(fmt)["states"]
     assert states(store, readonly=True) == expected(fmt)["states"]
     assert states(store, readonly=False) == expected(fmt)["states"]
+
+
+def test_the_9_to_10_step_moves_every_blob_to_its_version_major_key(tmp_path: Path) -> None:
+    """Format 10: a writable open moves each blob of the format-9 store from thread · ns ·
+    channel · version to thread · ns · version · channel, re-framed over the new key with
+    the same body (nothing decompressed), and the store verifies clean."""
+    store = copy_of(9, tmp_path)
+    env = lmdb.open(str(store), max_dbs=16, readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            db = env.open_db(b"blobs", txn=txn, create=False)
+            old = {bytes(k): bytes(v) for k, v in txn.cursor(db=db)}
+    finally:
+        env.close()
+    assert len(old) >= 5
+    with DeltaLogSaver.from_path(store) as saver:
+        assert saver.env.format_version == keys.FORMAT_VERSION == 10
+        new = dict(saver.env.iter_db("blobs"))
+        assert saver.verify(deep=True).ok
+    moved = {keys.blob_key(*keys.decode_blob_key(k, legacy=True)): v for k, v in old.items()}
+    assert set(new) == set(moved) and not set(new) & set(old)
+    for key, raw in new.items():
+        assert raw[:-4] == moved[key][:-4] and raw[-4:] != moved[key][-4:]  # only the CRC
+    groups: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    for key in sorted(new):
+        t, n, c, version = keys.decode_blob_key(key)
+        groups.setdefault((t, n), []).append((str(version), c))
+    assert any(len({c for _, c in g}) > 1 for g in groups.values())
+    assert all(g == sorted(g) for g in groups.values())  # version-major in each (thread, ns)

@@ -195,10 +195,41 @@ def test_long_task_id_raises_key_too_long() -> None:
         keys.write_key(1, 1, cid, "x" * 600, 0)
 
 
-def test_blob_key_round_trip() -> None:
-    """Blob keys decode to (thread, ns, channel, version)."""
-    version = "00000000000000000000000000000003.0.123"
-    assert keys.decode_blob_key(keys.blob_key(3, 4, 5, version)) == (3, 4, 5, version)
+@pytest.mark.parametrize("legacy", [False, True])
+@pytest.mark.parametrize(
+    "version", ["00000000000000000000000000000003.0.123", 7, -2.5, "v\x00x", "a" * 150]
+)
+def test_blob_key_round_trip(legacy: bool, version: str | int | float) -> None:
+    """Blob keys decode to (thread, ns, channel, version) in both layouts, and their
+    parts (channel, version bytes, another version's key) split out without decoding."""
+    key = keys.blob_key(3, 4, 300, version, legacy=legacy)
+    assert keys.decode_blob_key(key, legacy=legacy) == (3, 4, 300, version)
+    assert keys.blob_channel(key, legacy=legacy) == keys.uid(300)
+    assert keys.blob_version_bytes(key, legacy=legacy) == keys.encode_version(version)
+    other = keys.encode_version(9)
+    assert keys.blob_base_key(key, other, legacy=legacy) == keys.blob_key(
+        3, 4, 300, 9, legacy=legacy
+    )
+    assert keys.version_end(key, 4 if not legacy else 7) == len(key) - (0 if legacy else 3)
+
+
+def test_blob_keys_are_version_major() -> None:
+    """Format 10: a (thread, ns)'s blobs sort by version, then channel, so a step's new
+    blobs (one version for every channel it wrote) follow every older one; formats 1-9
+    sorted by channel first."""
+    v1, v2 = "00000000000000000000000000000001.ab", "00000000000000000000000000000002.cd"
+    new = sorted(keys.blob_key(1, 1, c, v) for c in (2, 9) for v in (v1, v2))
+    assert [keys.decode_blob_key(k)[2:] for k in new] == [(2, v1), (9, v1), (2, v2), (9, v2)]
+    old = sorted(keys.blob_key(1, 1, c, v, legacy=True) for c in (2, 9) for v in (v1, v2))
+    assert [keys.decode_blob_key(k, legacy=True)[2:] for k in old] == [
+        (2, v1),
+        (2, v2),
+        (9, v1),
+        (9, v2),
+    ]
+    # This key of the old layout does not decode as one of the new.
+    with pytest.raises(DamagedKeyError):
+        keys.decode_blob_key(keys.blob_key(1, 1, 2, v1, legacy=True))
 
 
 @given(st.one_of(st.uuids().map(str), texts, st.text(min_size=401, max_size=2000)))

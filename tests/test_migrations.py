@@ -154,7 +154,7 @@ def test_format_5_frames_every_record_over_its_key_and_a_damaged_one_does_not_bl
     env.close()
     with DeltaLogSaver.from_path(path) as saver:
         with saver.env.read() as r:
-            assert r.meta("format_version") == keys.FORMAT_VERSION == 9
+            assert r.meta("format_version") == keys.FORMAT_VERSION == 10
         report = saver.verify(deep=True)
     assert not report.ok and any(victim_key.hex() in p.detail for p in report.problems)
     after = {db: dict(_raw_rows(path, db)) for db in rows}
@@ -167,12 +167,14 @@ def test_format_5_frames_every_record_over_its_key_and_a_damaged_one_does_not_bl
         assert rows_ and all(row is not None and row.blobbed is not None for row in rows_)
     for db, old_rows in rows.items():
         for key, old in old_rows:
+            if key == victim_key:
+                continue
             if db == "writes":  # moved to its format 7 key by the 6 -> 7 step
                 t, n, cid, _, task_id, idx = keys.decode_legacy_write_key(key)
                 key = keys.write_key(t, n, keys.encode_id(cid), task_id, idx)
+            elif db == "blobs":  # moved to its format 10 key by the 9 -> 10 step
+                key = keys.blob_key(*keys.decode_blob_key(key, legacy=True))
             new = after[db][key]
-            if key == victim_key:
-                continue
             if db == "writes":
                 end = 1 + new[0]
                 assert new[:end] == old[:end] and new[end] & KEYED and not old[end] & KEYED

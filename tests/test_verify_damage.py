@@ -52,7 +52,9 @@ def test_key_decoders_refuse_trailing_bytes_and_second_spellings() -> None:
     with pytest.raises(DamagedKeyError):
         keys.decode_run_key(run + b"\x01")
     with pytest.raises(DamagedKeyError):
-        keys.decode_blob_key(keys.blob_prefix(3, 1, 2) + b"\x03" + keys.encode_str("0" * 32 + ".x"))
+        keys.decode_blob_key(
+            keys.ns_prefix(3, 1) + b"\x03" + keys.encode_str("0" * 32 + ".x") + keys.uid(2)
+        )
 
 
 def test_checkpoint_key_with_trailing_garbage_is_damage(tmp_path: Path) -> None:

@@ -266,7 +266,7 @@ def test_a_fork_write_rebases_only_the_blobs_of_its_channel(
         ids = {r.name_id(keys.KIND_CHANNEL, name): name for name in ("a", "b")}
     before = {k: (raw, span) for k, raw, span in ranged_blobs(saver)}
     by_channel = {
-        name: [k for k in before if ids[keys.split_ids(k, 3)[0][2]] == name] for name in "ab"
+        name: [k for k in before if ids[keys.decode_blob_key(k)[2]] == name] for name in "ab"
     }
     assert by_channel["a"] and by_channel["b"]
     # put_values gives every version counter 1 with a random suffix, so blob key

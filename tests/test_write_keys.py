@@ -97,8 +97,8 @@ def test_put_writes_is_idempotent_per_task_id_and_idx(
 
 def _as_format_6(path: Path, writes: list[tuple[bytes, Any]]) -> None:
     """Rewrite a closed store's writes in the format 6 layout (task path in the key,
-    ``[type, bytes]`` records, compressed with the store's dictionary as format 6 did)
-    and mark it format 6. ``writes``: (format 7 key, WriteRow) of every write."""
+    ``[type, bytes]`` records, compressed with the store's dictionary as format 6 did),
+    its blobs under their format 6 keys, and mark it format 6. ``writes``: (format 7 key, WriteRow) of every write."""
     with DeltaLogSaver.from_path(path) as saver:
         codec = saver.env.codec
         with saver.env.read():  # hands the codec the dictionary, if the store has one
@@ -115,6 +115,12 @@ def _as_format_6(path: Path, writes: list[tuple[bytes, Any]]) -> None:
                 old = keys.legacy_write_key(t, n, keys.encode_id(cid), row.task_path, task_id, idx)
                 record = codec.encode(list(row.value), prefix=cbytes, key=old)
                 txn.put(old, cbytes + record, db=writes_db)
+            # Blob keys of formats 1-9: the channel before the version.
+            blobs_db = saver.env.db("blobs")
+            for key, raw in [(bytes(k), bytes(v)) for k, v in txn.cursor(db=blobs_db)]:
+                old = keys.blob_key(*keys.decode_blob_key(key), legacy=True)
+                txn.delete(key, db=blobs_db)
+                txn.put(old, codec.rekey(raw, key, old, "test"), db=blobs_db)
             txn.put(b"format_version", ormsgpack.packb(6), db=meta)
 
 
@@ -178,7 +184,7 @@ def test_the_6_to_7_step_moves_every_write_and_keeps_every_state(
     write dictionary, and verifies clean."""
     path, before, count, kind = format_6_store
     with DeltaLogSaver.from_path(path) as saver:
-        assert saver.env.format_version == keys.FORMAT_VERSION == 9
+        assert saver.env.format_version == keys.FORMAT_VERSION == 10
         rows = list(saver.env.iter_db("writes"))
         assert len(rows) == count
         tags = []
