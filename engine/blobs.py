@@ -17,6 +17,7 @@ from deltalog.engine.codec import DeltaHeader, WriteDict
 from deltalog.engine.core import skip_base
 from deltalog.engine.envelope import (
     INPUT_CHANNEL,
+    TaskPath,
     WriteRef,
     inline_value,
     read_write,
@@ -284,8 +285,10 @@ class BlobReads(TxnBase):
                 raise CorruptRecordError(
                     f"record {where} holds no task path; run `deltalog verify`"
                 )
+        elif type(stored_path) is int:  # format 10: the path's interned id
+            task_path = self.name_of(keys.KIND_TASK_PATH, stored_path)
         else:
-            task_path = stored_path
+            task_path = str(stored_path)
         return task_path, task_id, idx, (ctype, payload)
 
     def write_typed(self, key: bytes, cbytes: bytes, record: bytes) -> Typed:
@@ -297,9 +300,10 @@ class BlobReads(TxnBase):
 
     def _write_fields(
         self, key: bytes, cbytes: bytes, record: bytes, where: str
-    ) -> tuple[str, bytes, str | None]:
-        """(type, payload, task path or None before format 7) of a write record, its
-        reference into the checkpoint's input followed."""
+    ) -> tuple[str, bytes, TaskPath | None]:
+        """(type, payload, task path as stored: None before format 7, an interned id in
+        most records of format 10) of a write record, its reference into the
+        checkpoint's input followed."""
         ctype, payload, stored_path = read_write(
             self.codec.decode(record, where, prefix=cbytes, key=key), where
         )

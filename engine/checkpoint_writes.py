@@ -13,6 +13,7 @@ from deltalog.engine.envelope import (
     INPUT_CHANNEL,
     REF_MIN,
     CheckpointEnvelope,
+    TaskPath,
     input_ref,
     parent_in,
     read_write,
@@ -364,19 +365,22 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         if INPUT_CHANNEL in task_path and any(len(v[1]) >= REF_MIN for _, _, v in writes):
             source = self._input_of(ckey)
         source_id = None if source is None else self.name_id(keys.KIND_CHANNEL, INPUT_CHANNEL)
+        # Format 10: records built here hold the path's interned id (a record compressed
+        # ahead of the transaction holds the path itself).
+        path: TaskPath = task_path
+        if aheads is None or any(a is None for a in aheads):
+            path = self.intern(keys.KIND_TASK_PATH, task_path)
         for i, (key, channel, idx, value) in enumerate(rows):
             c = self.intern(keys.KIND_CHANNEL, channel)
             cbytes = keys.uid(c)
             record = None
             if source is not None and source_id is not None:
-                record = input_ref(value, task_path, source_id, source)
+                record = input_ref(value, path, source_id, source)
             ahead = aheads[i] if aheads is not None and record is None else None
             if ahead is not None:
                 body = ahead.body  # write_record(value, task_path), packed
             else:
-                body = ormsgpack.packb(
-                    record if record is not None else write_record(value, task_path)
-                )
+                body = ormsgpack.packb(record if record is not None else write_record(value, path))
             raw = cbytes + self.codec.encode_body(body, prefix=cbytes, key=key, ahead=ahead)
             if idx >= 0:
                 # A new write under a checkpoint that a delta blob's write range

@@ -223,12 +223,19 @@ INPUT_CHANNEL: Final = "__start__"
 REF_MIN: Final = 64
 
 
-def write_record(typed: Typed, task_path: str) -> list[Any]:
+TaskPath = str | int
+"""A task path as a write record holds it: the path (formats 7-9, and records
+compressed ahead of their transaction) or, since format 10, its interned id
+(kind :data:`~deltalog.engine.keys.KIND_TASK_PATH`): one to five bytes instead of
+the ~25 of ``"~__pregel_pull, __start__"``, the most of a small write record."""
+
+
+def write_record(typed: Typed, task_path: TaskPath) -> list[Any]:
     """The record of a write that holds its payload (format 7)."""
     return [typed[0], typed[1], task_path]
 
 
-def input_ref(typed: Typed, task_path: str, source_id: int, source: Typed) -> list[Any] | None:
+def input_ref(typed: Typed, task_path: TaskPath, source_id: int, source: Typed) -> list[Any] | None:
     """The record of a write as a reference into ``source`` (format 7), or None.
 
     ``source`` is the value the write's own checkpoint stores for the channel
@@ -251,11 +258,17 @@ WriteRef = tuple[int, int, int, int]
 """(source channel id, offset, length, crc32) of a write that refers to its input."""
 
 
-def read_write(rec: Any, where: str) -> tuple[str, bytes | WriteRef, str | None]:
+def _is_path(value: Any) -> bool:
+    """A task path as a record holds it: a string, or an interned id (format 10)."""
+    return isinstance(value, str) or (type(value) is int and value > 0)
+
+
+def read_write(rec: Any, where: str) -> tuple[str, bytes | WriteRef, TaskPath | None]:
     """A decoded write record: (type, payload or reference, task path).
 
     The task path is None in a record of formats 1-6 (``[type, bytes]``: the
-    path is in the key).
+    path is in the key), and an interned id in most records of format 10
+    (:data:`TaskPath`; the reader looks its name up).
 
     Raises:
         CorruptRecordError: The record has none of the shapes.
@@ -265,9 +278,9 @@ def read_write(rec: Any, where: str) -> tuple[str, bytes | WriteRef, str | None]
     if isinstance(ctype, str):
         if n == 2 and isinstance(rec[1], bytes):
             return ctype, rec[1], None
-        if n == 3 and isinstance(rec[1], bytes) and isinstance(rec[2], str):
+        if n == 3 and isinstance(rec[1], bytes) and _is_path(rec[2]):
             return ctype, rec[1], rec[2]
-        ref = rec[3] if n == 4 and rec[1] is None and isinstance(rec[2], str) else None
+        ref = rec[3] if n == 4 and rec[1] is None and _is_path(rec[2]) else None
         if isinstance(ref, list) and len(ref) == 4 and all(type(x) is int and x >= 0 for x in ref):
             return ctype, (ref[0], ref[1], ref[2], ref[3]), rec[2]
     raise CorruptRecordError(

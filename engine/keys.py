@@ -45,7 +45,8 @@ Encodings (all big-endian, every one order-preserving and self-delimiting):
   minimal big-endian bytes (order-preserving, self-delimiting). ``thread_id``,
   ``checkpoint_ns`` and channel names of any length are interned in
   ``names``/``names_rev`` (kind ``t``, ``n``, ``c``), so every key stays far
-  below LMDB's 511-byte limit (R5).
+  below LMDB's 511-byte limit (R5). Task paths are interned too (kind ``p``,
+  format 10), for write records, which hold the id instead of the path.
   A name-key is ``0x00 · UTF-8`` for names up to 400 bytes, else
   ``0x01 · sha256(UTF-8)`` (the full name is kept in ``names_rev`` and
   compared on lookup, so a hash collision cannot alias two names).
@@ -119,6 +120,7 @@ __all__ = [
     "KEYED_FORMAT",
     "KIND_CHANNEL",
     "KIND_NS",
+    "KIND_TASK_PATH",
     "KIND_THREAD",
     "MAX_KEY",
     "READABLE_FORMATS",
@@ -212,6 +214,8 @@ _MAX_STR_ID: Final = 160
 KIND_THREAD: Final = b"t"
 KIND_NS: Final = b"n"
 KIND_CHANNEL: Final = b"c"
+#: Task paths (format 10): a write record holds its task's path as this kind's id.
+KIND_TASK_PATH: Final = b"p"
 
 _ID_UUID: Final = 0x10
 _ID_ULID: Final = 0x20

@@ -55,7 +55,9 @@ step        what changes on disk
 9 → 10      every blob moves to a key with the version before the channel,
             re-framed over it (:func:`version_major_blobs`); a damaged one
             stays where it is. A thread's new blobs then go at the end of its
-            key range, where LMDB fills its pages
+            key range, where LMDB fills its pages. Write records hold their
+            task path's interned id from then on (a path string still reads;
+            none is rewritten)
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only
@@ -305,13 +307,24 @@ def compact_write_keys(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
                 moves.append((key, new_key, cbytes + codec.encode(rec, prefix=cbytes, key=new_key)))
             except CorruptRecordError:
                 continue  # damaged: left for reads and verify to report
-        for key, _, _ in moves:
-            txn.delete(key, db=dbs.writes)
-        for _, new_key, value in moves:
-            txn.put(new_key, value, overwrite=False, db=dbs.writes)
-        ok = cur.set_range(ckey)
-        while ok and bytes(cur.key()).startswith(ckey):
-            ok = cur.next()
+        ok = _apply_moves(txn, dbs.writes, cur, moves, ckey)
+
+
+def _apply_moves(
+    txn: Any, db: Any, cur: Any, moves: list[tuple[bytes, bytes, bytes]], prefix: bytes
+) -> bool:
+    """Move records to new keys: ``moves`` holds (old key, new key, new value). Every old
+    key is deleted first, then each new one put (a key already there keeps its record).
+    Leaves ``cur`` past every key under ``prefix``, the moved ones and any left behind;
+    returns whether it is on a key."""
+    for key, _, _ in moves:
+        txn.delete(key, db=db)
+    for _, new_key, value in moves:
+        txn.put(new_key, value, overwrite=False, db=db)
+    ok = bool(cur.set_range(prefix))
+    while ok and bytes(cur.key()).startswith(prefix):
+        ok = cur.next()
+    return ok
 
 
 def version_major_blobs(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
@@ -342,14 +355,7 @@ def version_major_blobs(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
                 moves.append((key, new_key, rekey(raw, key, new_key, f"blobs/{key.hex()}")))
             except CorruptRecordError:
                 continue  # damaged: left for reads and verify to report
-        for key, _, _ in moves:
-            txn.delete(key, db=dbs.blobs)
-        for _, new_key, value in moves:
-            txn.put(new_key, value, overwrite=False, db=dbs.blobs)
-        # Past every key of the (thread, ns), the moved ones and any left behind.
-        ok = cur.set_range(prefix)
-        while ok and bytes(cur.key()).startswith(prefix):
-            ok = cur.next()
+        ok = _apply_moves(txn, dbs.blobs, cur, moves, prefix)
 
 
 def format_5(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:

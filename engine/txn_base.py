@@ -56,7 +56,7 @@ MEMORY_DB_NAMES: Final = ("items", "item_ns", "item_vectors", "item_ttl")
 MAX_WALK: Final = 1_000_000
 
 
-NAME_KINDS: Final = (keys.KIND_THREAD, keys.KIND_NS, keys.KIND_CHANNEL)
+NAME_KINDS: Final = (keys.KIND_THREAD, keys.KIND_NS, keys.KIND_CHANNEL, keys.KIND_TASK_PATH)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from deltalog.engine import DeltaLogSaver, keys
 from deltalog.engine.codec import TAG_DICT_COMPACT
 from deltalog.engine.env import Environment
 from deltalog.engine.envelope import read_write, split_write_value
+from deltalog.engine.errors import CorruptRecordError
 from langchain_core.runnables import RunnableConfig
 
 from .graphs import cfg, chat_graph, fanout_graph, history, human
@@ -68,6 +69,53 @@ def test_writes_come_back_in_writes_sort_key_order(
     # In key order: the UUID task ids (16 bytes, UUID_B first), then the others.
     in_key_order = [keys.decode_write_key(k)[3:] for k, _ in saver.env.iter_db("writes")]
     assert in_key_order == [(UUID_B, 0), (UUID_A, 0), (UUID_A, 1), ("plain-task", 0)]
+
+
+def test_a_write_record_holds_its_task_path_as_an_interned_id(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """Format 10: a write record holds its task path's interned id (name kind ``p``), so a
+    small write takes ~16 bytes instead of ~40; reads give the path back and sort by the
+    path, not the id (the path interned first sorts last here)."""
+    saver = make_saver()
+    config = first_checkpoint(saver)
+    saver.put_writes(config, [("x", None)], UUID_B, "~__pregel_pull, z")
+    saver.put_writes(config, [("x", None)], UUID_A, "~__pregel_pull, a")
+    rows = list(saver.env.iter_db("writes"))
+    with saver.env.read() as r:
+        stored = {}
+        for key, raw in rows:
+            cbytes, _, record = split_write_value(raw)
+            _, _, path = read_write(
+                saver.env.codec.decode(record, "t", prefix=cbytes, key=key), "t"
+            )
+            assert type(path) is int
+            stored[keys.decode_write_key(key)[3]] = r.name_of(keys.KIND_TASK_PATH, path)
+            assert len(raw) <= 20, raw
+    assert stored == {UUID_B: "~__pregel_pull, z", UUID_A: "~__pregel_pull, a"}
+    got = [(w.task_path, w.task_id) for w in saver.get_writes(config)]
+    assert got == [("~__pregel_pull, a", UUID_A), ("~__pregel_pull, z", UUID_B)]
+
+
+def test_a_write_whose_task_path_name_is_gone_is_damage(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """A write whose interned task path has no ``names_rev`` record reads as damaged
+    (CorruptRecordError), never as a write of another task, and verify reports it."""
+    saver = make_saver()
+    config = first_checkpoint(saver)
+    saver.put_writes(config, [("x", 1)], UUID_A, "~__pregel_pull, gone")
+    with saver.env.read() as r:
+        path_id = r.name_id(keys.KIND_TASK_PATH, "~__pregel_pull, gone")
+    assert path_id is not None
+    names_rev = saver.env.db("names_rev")
+    saver.env.write(
+        lambda w: w.txn.delete(keys.name_rev_key(keys.KIND_TASK_PATH, path_id), db=names_rev)
+    )
+    saver.env._names.clear()
+    with pytest.raises(CorruptRecordError, match="names_rev"):
+        saver.get_writes(config)
+    assert not saver.verify(deep=True).ok
 
 
 def test_a_task_path_of_any_length_is_stored(make_saver: Callable[..., DeltaLogSaver]) -> None:
