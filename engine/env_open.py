@@ -35,6 +35,7 @@ from deltalog.engine.errors import (
     ReadOnlyStoreError,
     ReentrantWriteError,
     StoreClosedError,
+    StoreFullError,
     StoreOpenError,
 )
 from deltalog.engine.group_commit import GroupCommit, Request
@@ -459,24 +460,45 @@ class EnvironmentBase:
         The version is read again inside the transaction: another process may
         have upgraded the store since this one looked. Returns the format now stored.
         """
-        for attempt in range(_OPEN_RESIZE_RETRIES + 1):
+        attempt = 0
+        while True:
             try:
                 txn = self.env.begin(write=True)
             except lmdb.MapResizedError:  # another process grew the map: adopt it
                 if attempt == _OPEN_RESIZE_RETRIES:
                     raise
+                attempt += 1
                 self.env.set_mapsize(0)
                 continue
-            with txn:
-                version = read_format_version(
-                    txn.get(b"format_version", db=self._dbs.meta), self.path
-                )
-                for old, new, step in pending(version):
-                    logger.info("upgrading store %s from format %d to %d", self.path, old, new)
-                    step(txn, self._dbs, self.codec)
-                txn.put(b"format_version", ormsgpack.packb(keys.FORMAT_VERSION), db=self._dbs.meta)
-            break
-        return keys.FORMAT_VERSION
+            try:
+                with txn:
+                    version = read_format_version(
+                        txn.get(b"format_version", db=self._dbs.meta), self.path
+                    )
+                    for old, new, step in pending(version):
+                        logger.info("upgrading store %s from format %d to %d", self.path, old, new)
+                        step(txn, self._dbs, self.codec)
+                    txn.put(
+                        b"format_version", ormsgpack.packb(keys.FORMAT_VERSION), db=self._dbs.meta
+                    )
+            except lmdb.MapFullError as exc:
+                # A step that rewrites records (format 7's writes, format 10's blobs)
+                # needs room for both copies until the commit frees the old pages: a
+                # store whose file is nearly full needs a larger map. Nothing was
+                # written; grow and run the steps again.
+                current = self.env.info()["map_size"]
+                if current >= self.max_map_size:
+                    raise StoreFullError(
+                        f"upgrading store {self.path!r} to format {keys.FORMAT_VERSION} needs "
+                        f"more than max_map_size={self.max_map_size} bytes (the records it "
+                        "rewrites take room twice until it commits); nothing was changed. "
+                        "Open it with a larger max_map_size"
+                    ) from exc
+                grown = min(current * 2, self.max_map_size)
+                logger.info("upgrade of %s needs a larger map: %d -> %d", self.path, current, grown)
+                self.env.set_mapsize(grown)
+                continue
+            return keys.FORMAT_VERSION
 
     def _check_writable(self) -> None:
         self._check_pid()

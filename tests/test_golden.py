@@ -11,6 +11,7 @@ import lmdb
 import pytest
 from deltalog.engine import DeltaLogSaver, keys
 from deltalog.engine.env import Environment
+from deltalog.engine.errors import StoreFullError
 
 from tests.golden_gen import delta_blobs, raw_summary, read_back
 
@@ -93,3 +94,20 @@ def test_the_9_to_10_step_moves_every_blob_to_its_version_major_key(tmp_path: Pa
         groups.setdefault((t, n), []).append((str(version), c))
     assert any(len({c for _, c in g}) > 1 for g in groups.values())
     assert all(g == sorted(g) for g in groups.values())  # version-major in each (thread, ns)
+
+
+def test_an_upgrade_that_needs_more_room_grows_the_map(tmp_path: Path) -> None:
+    """A step that rewrites records needs room for both copies until it commits: a store
+    whose file is full (its map no larger than the file) is upgraded in a grown map
+    instead of failing with MDB_MAP_FULL, and a cap too low for that is a clear
+    StoreFullError that changes nothing."""
+    store = copy_of(9, tmp_path)
+    before = (store / "data.mdb").read_bytes()
+    size = len(before)
+    with pytest.raises(StoreFullError, match="max_map_size"):
+        DeltaLogSaver(Environment(store, map_size=size, max_map_size=size))
+    assert (store / "data.mdb").read_bytes() == before
+    with DeltaLogSaver(Environment(store, map_size=size)) as saver:
+        assert saver.env.format_version == keys.FORMAT_VERSION
+        assert read_back(saver) == expected(9)["states"]
+        assert saver.verify(deep=True).ok
