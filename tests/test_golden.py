@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +113,26 @@ def test_an_upgrade_that_needs_more_room_grows_the_map(tmp_path: Path) -> None:
         assert saver.env.format_version == keys.FORMAT_VERSION
         assert read_back(saver) == expected(9)["states"]
         assert saver.verify(deep=True).ok
+
+
+def test_a_reader_open_across_another_process_upgrading_reads_the_new_layout(
+    tmp_path: Path,
+) -> None:
+    """A read-only process that opened the format-9 store before another process upgraded
+    it reads the same states after (blob keys in the new layout, read per transaction),
+    also for values it had not read before the upgrade."""
+    store = copy_of(9, tmp_path)
+    with DeltaLogSaver(Environment(store, readonly=True)) as reader:
+        assert reader.env.format_version == 9
+        first = next(iter(reader.list({"configurable": {"thread_id": "chat"}})), None)
+        assert first is not None
+        upgrade = (
+            "import sys; from deltalog.engine import DeltaLogSaver\n"
+            "with DeltaLogSaver.from_path(sys.argv[1]) as s: print(s.env.format_version)"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", upgrade, str(store)], capture_output=True, text=True, check=True
+        )
+        assert done.stdout.strip() == str(keys.FORMAT_VERSION)
+        assert raw_summary(store)["format_version"] == keys.FORMAT_VERSION
+        assert read_back(reader) == expected(9)["states"]
