@@ -26,8 +26,10 @@ left half never fills again; a value over ~2 KB goes to overflow pages, whole
 (each with its own text: the scenario's seed plus the thread's number), the
 way a server holding many conversations writes them; the figures are then per
 turn of any thread. Every thread's new records then go into the middle of
-each database, at the end of its own key range, so the fill falls (about
-0.55 with 8 threads, against 0.95 with one: docs/benchmarks.md, "Stop 37").
+each database, at the end of its own key range, so the fill falls
+(checkpoints and writes 0.55-0.7 with 8 threads, against 0.9-0.95 with one;
+blobs, keyed version first since format 10, stay near 0.9: docs/benchmarks.md,
+"Stop 37" and "Stop 38").
 
 The used pages move by a few pages between runs of the same code
 (random ids, which pages the free list hands out), so compare windows of a few
