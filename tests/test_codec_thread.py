@@ -214,9 +214,9 @@ def test_dictionary_training_runs_on_the_codec_thread_then_trims(
 
     real_train = zstandard.train_dictionary
 
-    def train(size: int, samples: list[bytes | bytearray | memoryview]) -> Any:
+    def train(size: int, samples: list[bytes | bytearray | memoryview], **options: Any) -> Any:
         calls.append(("train", threading.current_thread().name))
-        return real_train(size, samples)
+        return real_train(size, samples, **options)
 
     monkeypatch.setattr(codec._Trim, "looked_up", True)
     monkeypatch.setattr(codec._Trim, "fn", trim)
