@@ -106,13 +106,14 @@ FINAL_DICT: Final = 1
 EARLY_DICT_SIZE: Final = 4 * 1024
 EARLY_BYTES: Final = 32 * 1024
 EARLY_RECORDS: Final = 32
-#: The early dictionary's parameter search trains and tests on all its samples. With
-#: zstd's default (three quarters train, the rest test) the ~50 samples of a chat's
-#: first dozen turns made the choice of parameters noisy: checkpoint records of
-#: turns 20-40 came out 90-92 B in some runs and 98-102 B in others; with all of
-#: them 5,676-5,850 B against 5,669-6,466 over six runs' samples (docs/benchmarks.md,
-#: stop 38).
-EARLY_SPLIT_POINT: Final = 1.0
+#: zstd's dictionary trainer searches its parameters training and testing on all the
+#: samples. With its default (three quarters train, the rest test) the ~50 samples of
+#: the early dictionary made the choice noisy: checkpoint records of a chat's turns
+#: 20-40 came out 90-92 B in some runs and 98-102 B in others; with all of them
+#: 5,676-5,850 B against 5,669-6,466 over six runs' samples. The final dictionary's
+#: records come out 0.3-1.6 % smaller too, for 4-10 ms more training once per store
+#: (docs/benchmarks.md, stop 38).
+TRAIN_SPLIT_POINT: Final = 1.0
 # Train once this many sample bytes (and records) were seen. 100 records: on the
 # large-message chat (~14 KB of records a turn) a dictionary from the first 100
 # records compressed the later ones to 3,502 B a turn, from 400 to 3,469 (no
@@ -731,19 +732,16 @@ def _check_frame(data: bytes) -> None:
         raise ValueError(f"zstd frame declares {size} bytes")
 
 
-def _train(
-    size: int, samples: list[bytes | bytearray | memoryview], split_point: float = 0.0
-) -> bytes:
-    """Train the dictionary, then trim the allocator (on the codec thread).
+def _train(size: int, samples: list[bytes | bytearray | memoryview]) -> bytes:
+    """Train the dictionary (:data:`TRAIN_SPLIT_POINT`), then trim the allocator (on
+    the codec thread).
 
     zstd's trainer allocates several MB for a few ms. Run on the writer's
     thread (one of LangGraph's pool threads) and trimmed or not, the 120-turn
     sf=100 chat stayed 5 MiB larger after it (95 against 90 MiB of RSS).
-    ``split_point`` is zstd's share of the samples its parameter search trains
-    on (0: its default, three quarters; the rest test each choice).
     """
     try:
-        dictionary = zstandard.train_dictionary(size, samples, split_point=split_point)
+        dictionary = zstandard.train_dictionary(size, samples, split_point=TRAIN_SPLIT_POINT)
         return dictionary.as_bytes()  # type: ignore[no-any-return]
     finally:
         malloc_trim()
@@ -988,7 +986,7 @@ class RecordCodec:
             self._samples, self._sample_bytes = [], 0
             return FINAL_DICT, _CODEC_THREAD.run(_train, DICT_SIZE, samples)
         self._early_tried = True
-        return EARLY_DICT, _CODEC_THREAD.run(_train, EARLY_DICT_SIZE, samples, EARLY_SPLIT_POINT)
+        return EARLY_DICT, _CODEC_THREAD.run(_train, EARLY_DICT_SIZE, samples)
 
     def install(self, dict_id: int, dictionary: bytes, *, activate: bool = False) -> None:
         """Make a stored dictionary known (and, with ``activate``, used for new records).
