@@ -726,6 +726,15 @@ def _dict_payload(dict_id: int, packed: bytes) -> tuple[int, bytes]:
     return TAG_DICT, dict_id.to_bytes(4, "big") + packed
 
 
+def _dict_frame(tag: int, payload: memoryview | bytes) -> tuple[int, bytes]:
+    """Invert :func:`_dict_payload`: ``(dictionary id, zstandard frame)`` of the payload
+    (the record after its tag) of a :data:`TAG_DICT_COMPACT` or :data:`TAG_DICT` record.
+    A payload cut after the frame header gives the header (all ``raw_size`` reads)."""
+    if tag == TAG_DICT_COMPACT:
+        return payload[0], ZSTD_MAGIC + payload[1:]
+    return int.from_bytes(payload[:4], "big"), bytes(payload[4:])
+
+
 def _check_frame(data: bytes) -> None:
     size = zstandard.frame_content_size(data)
     if size < 0 or size > MAX_RECORD:
@@ -907,7 +916,7 @@ class RecordCodec:
         """``body`` compressed at :data:`DENSE_LEVEL` as ``payload`` was (with the same
         dictionary for :data:`TAG_DICT`), framed the same way."""
         if tag in (TAG_DICT, TAG_DICT_COMPACT):
-            dict_id = payload[0] if tag == TAG_DICT_COMPACT else int.from_bytes(payload[:4], "big")
+            dict_id = _dict_frame(tag, payload[:4])[0]
             packed = self.compressor.compress_dense(body, dict_id, self.dictionaries[dict_id])
             dense_tag, dense = _dict_payload(dict_id, packed)
             # The caller keeps the smaller payload under the tag it has.
@@ -1175,11 +1184,10 @@ class RecordCodec:
             copied = 0
             if tag == TAG_ZSTD:
                 frame = framed[1:]
-            elif tag == TAG_DICT:
-                frame = framed[5:]
-            elif tag == TAG_DICT_COMPACT:
-                # The frame header alone says the size: magic plus at most 14 bytes.
-                frame = memoryview(ZSTD_MAGIC + framed[2:16])
+            elif tag in (TAG_DICT, TAG_DICT_COMPACT):
+                # The frame header alone says the size (at most 18 bytes, the magic
+                # included): the id and the header are copied, not the frame.
+                frame = memoryview(_dict_frame(tag, framed[1:23])[1])
             elif tag == TAG_DELTA:
                 head = _delta_fields(framed)
                 frame = memoryview(head.packed)
@@ -1228,16 +1236,10 @@ class RecordCodec:
                 return ormsgpack.unpackb(view[1:end])
             if tag == TAG_ZSTD:
                 return ormsgpack.unpackb(self.compressor.decompress(bytes(view[1:end])))
-            if tag == TAG_DICT_COMPACT:
-                dict_id = view[1]
+            if tag in (TAG_DICT_COMPACT, TAG_DICT):
+                dict_id, frame = _dict_frame(tag, view[1:end])
                 body = self.compressor.decompress_with_dict(
-                    ZSTD_MAGIC + view[2:end], dict_id, self._dictionary(dict_id)
-                )
-                return ormsgpack.unpackb(body)
-            if tag == TAG_DICT:
-                dict_id = int.from_bytes(view[1:5], "big")
-                body = self.compressor.decompress_with_dict(
-                    bytes(view[5:end]), dict_id, self._dictionary(dict_id)
+                    frame, dict_id, self._dictionary(dict_id)
                 )
                 return ormsgpack.unpackb(body)
             if tag == TAG_DELTA:
