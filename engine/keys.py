@@ -639,32 +639,31 @@ def blob_key(
     return uid(thread) + uid(ns) + encode_version(version) + uid(channel)
 
 
-def _blob_parts(key: bytes, legacy: bool) -> tuple[int, int, int]:
-    """Where a blob key's parts are: (end of thread · ns, end of the first field after
-    it, the key's length). Only the lengths are read; :func:`decode_blob_key` checks."""
+def _blob_parts(key: bytes, legacy: bool) -> tuple[int, int]:
+    """Where a blob key's parts are: (end of thread · ns, end of the field after it).
+    Only the lengths are read; :func:`decode_blob_key` checks."""
     _, pos = split_ids(key, 2)
-    mid = decode_uid(key, pos)[1] if legacy else version_end(key, pos)
-    return pos, mid, len(key)
+    return pos, decode_uid(key, pos)[1] if legacy else version_end(key, pos)
 
 
 def blob_version_bytes(key: bytes, *, legacy: bool = False) -> bytes:
     """The encoded version of a blob key (a delta's reference to its base)."""
-    pos, mid, end = _blob_parts(key, legacy)
-    return key[mid:end] if legacy else key[pos:mid]
+    pos, mid = _blob_parts(key, legacy)
+    return key[mid:] if legacy else key[pos:mid]
 
 
 def blob_channel(key: bytes, *, legacy: bool = False) -> bytes:
     """The channel's uid bytes of a blob key (compare with :func:`uid`)."""
-    pos, mid, end = _blob_parts(key, legacy)
-    return key[pos:mid] if legacy else key[mid:end]
+    pos, mid = _blob_parts(key, legacy)
+    return key[pos:mid] if legacy else key[mid:]
 
 
 def blob_base_key(key: bytes, version_bytes: bytes, *, legacy: bool = False) -> bytes:
     """Key of another version of the same blob's (thread, ns, channel)."""
-    pos, mid, end = _blob_parts(key, legacy)
+    pos, mid = _blob_parts(key, legacy)
     if legacy:
         return key[:mid] + version_bytes
-    return key[:pos] + version_bytes + key[mid:end]
+    return key[:pos] + version_bytes + key[mid:]
 
 
 def run_key(run: bytes, thread: int, ns: int, cid: bytes) -> bytes:
