@@ -7,7 +7,7 @@ Records (ormsgpack lists, framed by :mod:`deltalog.engine.codec`):
   then ``delta_channels`` (format 2), then ``inline`` (format 3, only when it
   holds a value). ``flags`` bit 0 = hidden (kept only for a delta chain, not
   listed); ``inline`` holds scalar values of at most :data:`INLINE_MAX`
-  serialized bytes. The field positions (``PARENT`` … ``INLINE``) are named
+  serialized bytes, and the run's input of at most :data:`INPUT_INLINE_MAX`. The field positions (``PARENT`` … ``INLINE``) are named
   here; the hot read path (an envelope's parent and versions) indexes with them.
 * write: the channel's ``uid`` followed by the framed record — the prefix lets
   a walk skip other channels' writes with a short bytes compare. The record is
@@ -47,10 +47,22 @@ def is_scalar(value: Any) -> bool:
     return type(value) in _SCALARS
 
 
-def held_inline(value: Any, typed: Typed) -> bool:
-    """The inline rule (format 3): a value is held inside the checkpoint record when it
-    :func:`is_scalar` and its serialized bytes ``typed`` are at most :data:`INLINE_MAX`."""
-    return type(value) in _SCALARS and len(typed[1]) <= INLINE_MAX
+def held_inline(channel: str, value: Any, typed: Typed) -> bool:
+    """The inline rule: a value is held inside the checkpoint record when it
+    :func:`is_scalar` and its serialized bytes ``typed`` are at most :data:`INLINE_MAX`
+    (format 3), or when it is the run's input (channel :data:`INPUT_CHANNEL`, any
+    type) of at most :data:`INPUT_INLINE_MAX` bytes.
+
+    >>> held_inline("count", 7, ("msgpack", b"\\x07"))
+    True
+    >>> held_inline("messages", [1], ("msgpack", b"\\x91\\x01"))
+    False
+    >>> held_inline(INPUT_CHANNEL, {"messages": [1]}, ("msgpack", b"\\x81"))
+    True
+    """
+    if type(value) in _SCALARS:
+        return len(typed[1]) <= INLINE_MAX
+    return channel == INPUT_CHANNEL and len(typed[1]) <= INPUT_INLINE_MAX
 
 
 # Positions of the checkpoint record's fields (see CheckpointEnvelope).
@@ -214,13 +226,25 @@ def inline_value(key: bytes, channel: str, typed: Any) -> StoredValue:
 
 
 # The channel a run's input is stored in (LangGraph's ``START``). The checkpoint
-# that takes the input stores it as a blob of this channel, and the ``__start__``
+# that takes the input stores it in a blob of this channel (or inline, see
+# INPUT_INLINE_MAX), and the ``__start__``
 # task then writes the same values again, one write per state channel: on a chat,
 # the human message twice. Since format 7 such a write holds a reference into the
 # blob instead of its payload (see input_ref).
 INPUT_CHANNEL: Final = "__start__"
 # Payloads shorter than this are stored as they are: a reference costs ~15 bytes.
 REF_MIN: Final = 64
+# The input of a run serialized to at most this many bytes (a chat's human
+# message, usually) is held in the record of the checkpoint that takes it, like a
+# small scalar: no blob entry, key and record frame (~45 bytes of LMDB page a
+# turn on the benchmark's chats), and the ``__start__`` write's reference reads
+# it from the cached envelope. Not a format change: readers of every format
+# since 3 take any inline value. Bounded so that the record stays in its leaf
+# page (LMDB moves a node above ~2 KB of a 4 KiB page to overflow pages) even
+# when the input does not compress, and so that the copy a child record makes
+# of an unchanged version (rare: the input's version changes when the first
+# step consumes it) stays small.
+INPUT_INLINE_MAX: Final = 1024
 
 
 TaskPath = str | int

@@ -5,8 +5,8 @@ saver's ``serde`` here, in the caller's thread (the runtime may mutate what it
 passed as soon as ``put`` returns), and every id and version is checked, so the
 operation handed to the store's write transaction (or its group commit) holds
 bytes only. It applies the inline rule
-(:func:`deltalog.engine.envelope.held_inline`): a small scalar is held by the
-checkpoint record itself instead of a blob.
+(:func:`deltalog.engine.envelope.held_inline`): a small scalar, or a small run
+input, is held by the checkpoint record itself instead of a blob.
 """
 
 from __future__ import annotations
@@ -83,13 +83,13 @@ def prepare_put(
             f"metadata {metadata!r:.80} is not a mapping; pass a CheckpointMetadata dict"
         )
     blobs: list[BlobRow] = []
-    inline: dict[str, Typed] = {}  # small scalars: held by the record (INLINE_MAX)
+    inline: dict[str, Typed] = {}  # small scalars and inputs: held by the record
     for channel, version in new_versions.items():
         if channel not in values:
             continue
         value = values[channel]
         typed = dumps(serde, value, f"channel {channel!r}")
-        if held_inline(value, typed):
+        if held_inline(channel, value, typed):
             inline[channel] = typed
         else:
             blobs.append(BlobRow(channel, version, typed))
@@ -131,7 +131,7 @@ def prepare_put(
     for c in carry:
         if c in values and is_scalar(values[c]):
             typed = dumps(serde, values[c], f"channel {c!r}")
-            if held_inline(values[c], typed):
+            if held_inline(c, values[c], typed):
                 passed[c] = typed
 
     def op(w: WriteTxn) -> list[tuple[bytes, Typed]]:

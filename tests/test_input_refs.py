@@ -7,22 +7,64 @@ from typing import Any
 
 import pytest
 from deltalog.engine import DeltaLogSaver, keys
-from deltalog.engine.envelope import INPUT_CHANNEL, REF_MIN, read_write, split_write_value
+from deltalog.engine.envelope import (
+    INPUT_CHANNEL,
+    INPUT_INLINE_MAX,
+    REF_MIN,
+    CheckpointEnvelope,
+    read_write,
+    split_write_value,
+)
 from deltalog.engine.errors import CorruptRecordError
+from deltalog.engine.store_rows import Typed
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
-from .graphs import cfg, chat_graph, history, human
+from .checkpoints import put_values
+from .graphs import cfg, chat_graph, history, human, varied_text
+from .test_inline_values import put_child
 
 Rows = list[tuple[bytes, bytes, Any]]
 
 
-def run(saver: Any, turns: int, sf: int | None, thread_id: str = "t") -> Any:
+def run(saver: Any, turns: int, sf: int | None, thread_id: str = "t", *, long: bool = False) -> Any:
+    """``turns`` chat turns; ``long`` human messages (~1,500 characters) are inputs too
+    large for the checkpoint record (INPUT_INLINE_MAX), stored as blobs."""
     graph = chat_graph(sf).compile(checkpointer=saver)
     for turn in range(turns):
-        graph.invoke({"messages": [human(turn)]}, cfg(thread_id))
+        text = f"question {turn}: " + varied_text(turn, 200) if long else ""
+        graph.invoke({"messages": [human(turn, text)]}, cfg(thread_id))
     return graph
+
+
+def input_blobs(saver: DeltaLogSaver) -> int:
+    """How many blobs of the input channel the store holds."""
+    with saver.env.read() as r:
+        c = r.name_id(keys.KIND_CHANNEL, INPUT_CHANNEL)
+        return sum(
+            1
+            for k, _ in r.txn.cursor(db=r.dbs.blobs)
+            if c is not None and keys.decode_blob_key(k)[2] == c
+        )
+
+
+def replace_input(saver: DeltaLogSaver, ckey: bytes, typed: Typed | None) -> None:
+    """Rewrite checkpoint record ``ckey`` (a valid record) with ``typed`` as its inline
+    input, or with no input value at all when None."""
+
+    def op(w: Any) -> None:
+        where = f"checkpoints/{ckey.hex()}"
+        raw = w.txn.get(ckey, db=w.dbs.checkpoints)
+        env = CheckpointEnvelope.unpack(w.codec.decode(raw, where, key=ckey), where)
+        assert INPUT_CHANNEL in env.inline
+        if typed is None:
+            del env.inline[INPUT_CHANNEL]
+        else:
+            env.inline[INPUT_CHANNEL] = list(typed)
+        w.put_raw(w.dbs.checkpoints, ckey, w.codec.encode(env.pack(), key=ckey))
+
+    saver.env.write(op)
 
 
 def write_records(saver: DeltaLogSaver) -> Rows:
@@ -57,14 +99,20 @@ def last_reference(saver: DeltaLogSaver) -> tuple[bytes, bytes, bytes]:
     return key, ckey, keys.blob_key(t, n, c, versions[INPUT_CHANNEL])
 
 
+@pytest.mark.parametrize("long", [False, True], ids=["input-in-record", "input-in-blob"])
 @pytest.mark.parametrize("sf", [None, 1, 100])
 def test_the_input_message_is_stored_once_and_every_read_is_unchanged(
-    make_saver: Callable[..., DeltaLogSaver], sf: int | None
+    make_saver: Callable[..., DeltaLogSaver], sf: int | None, long: bool
 ) -> None:
-    """R3: the __start__ task's write of each human message refers to the input blob of its
-    checkpoint; states, history and pending writes equal InMemorySaver's."""
+    """R3: the __start__ task's write of each human message refers to the input of its
+    checkpoint: held in the checkpoint's record when it serializes to at most
+    INPUT_INLINE_MAX bytes, else a blob. States, history and pending writes equal
+    InMemorySaver's."""
     saver = make_saver()
-    graph = run(saver, 6, sf)
+    graph = run(saver, 6, sf, long=long)
+    sizes = [len(saver.serde.dumps_typed({"messages": [human(t)]})[1]) for t in range(6)]
+    assert max(sizes) <= INPUT_INLINE_MAX
+    assert input_blobs(saver) == (6 if long else 0)
     refs = references(saver)
     # One per turn: the human message the __start__ task writes to `messages`.
     assert len(refs) == 6
@@ -76,7 +124,7 @@ def test_the_input_message_is_stored_once_and_every_read_is_unchanged(
         assert not isinstance(ref, bytes) and type(task_path) is int  # interned (format 10)
         with saver.env.read() as r:
             assert INPUT_CHANNEL in r.name_of(keys.KIND_TASK_PATH, task_path)
-    reference = run(InMemorySaver(), 6, sf)
+    reference = run(InMemorySaver(), 6, sf, long=long)
     assert history(graph, cfg("t")) == history(reference, cfg("t"))
     for mine, theirs in zip(
         saver.list(cfg("t")), reference.checkpointer.list(cfg("t")), strict=True
@@ -111,17 +159,21 @@ def test_references_resolve_through_export_copy_and_prune(
     assert saver.verify(deep=True).ok
 
 
+@pytest.mark.parametrize("long", [False, True], ids=["input-in-record", "input-in-blob"])
 def test_a_replaced_input_is_an_error_never_another_value(
-    make_saver: Callable[..., DeltaLogSaver],
+    make_saver: Callable[..., DeltaLogSaver], long: bool
 ) -> None:
-    """R11: when the blob a reference reads holds other bytes (a valid record of another
-    value), reading the write raises CorruptRecordError, and verify reports it."""
+    """R11: when the input a reference reads holds other bytes (a valid record or blob of
+    another value), reading the write raises CorruptRecordError, and verify reports it."""
     saver = make_saver()
-    run(saver, 2, 100)
+    run(saver, 2, 100, long=long)
     key, ckey, bkey = last_reference(saver)
-    other = saver.serde.dumps_typed({"messages": [HumanMessage("something else " * 200, id="x")]})
-    forged = saver.env.codec.encode(list(other), key=bkey)
-    saver.env.write(lambda w: w.put_raw(w.dbs.blobs, bkey, forged))
+    other = saver.serde.dumps_typed({"messages": [HumanMessage("something else " * 20, id="x")]})
+    if long:
+        forged = saver.env.codec.encode(list(other), key=bkey)
+        saver.env.write(lambda w: w.put_raw(w.dbs.blobs, bkey, forged))
+    else:
+        replace_input(saver, ckey, other)
     with pytest.raises(CorruptRecordError, match="hold something else"):
         saver.get_writes(at(keys.decode_checkpoint_key(ckey)[2]))
     report = saver.verify(deep=True)
@@ -129,12 +181,16 @@ def test_a_replaced_input_is_an_error_never_another_value(
     assert any(key.hex() in p.detail for p in report.problems)
 
 
-def test_a_missing_input_is_an_error(make_saver: Callable[..., DeltaLogSaver]) -> None:
+@pytest.mark.parametrize("long", [False, True], ids=["input-in-record", "input-in-blob"])
+def test_a_missing_input_is_an_error(make_saver: Callable[..., DeltaLogSaver], long: bool) -> None:
     """R11: a reference whose checkpoint has no input value left raises CorruptRecordError."""
     saver = make_saver()
-    run(saver, 2, 100)
+    run(saver, 2, 100, long=long)
     _, ckey, bkey = last_reference(saver)
-    saver.env.write(lambda w: w.txn.delete(bkey, db=w.dbs.blobs))
+    if long:
+        saver.env.write(lambda w: w.txn.delete(bkey, db=w.dbs.blobs))
+    else:
+        replace_input(saver, ckey, None)
     cid = keys.decode_checkpoint_key(ckey)[2]
     with pytest.raises(CorruptRecordError, match=r"is\s+missing"):
         saver.get_writes(at(cid))
@@ -207,3 +263,31 @@ def test_short_and_foreign_payloads_are_stored_whole(
         ("t1", "n"): 1,
         ("t1", "other"): ["y" * 200],
     }
+
+
+def test_an_input_kept_by_later_checkpoints_reads_like_in_memory(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """A held input is copied into each record that keeps its version: a child that does
+    not consume it, and a fork put without its value (the store finds the record that
+    holds that version). Every checkpoint reads what InMemorySaver's does."""
+    source = {"messages": [HumanMessage("kept " * 40, id="k")]}
+    assert len(make_saver().serde.dumps_typed(source)[1]) <= INPUT_INLINE_MAX
+    results = []
+    for saver in (make_saver(), InMemorySaver()):
+        first = put_values(saver, "t", {INPUT_CHANNEL: source, "n": 1})
+        versions = saver.get_tuple(first).checkpoint["channel_versions"]  # type: ignore[union-attr]
+        n2 = saver.get_next_version(str(versions["n"]), None)
+        child = put_child(
+            saver, first, {INPUT_CHANNEL: source, "n": 2}, {**versions, "n": n2}, {"n": n2}
+        )
+        root: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        fork = put_child(saver, root, {}, {INPUT_CHANNEL: versions[INPUT_CHANNEL]}, {})
+        results.append(
+            [saver.get_tuple(c).checkpoint["channel_values"] for c in (first, child, fork)]  # type: ignore[union-attr]
+        )
+        if isinstance(saver, DeltaLogSaver):
+            assert input_blobs(saver) == 0
+            assert saver.verify(deep=True).ok
+    assert results[0] == results[1]
+    assert results[0][2] == {INPUT_CHANNEL: source}
