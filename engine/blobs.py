@@ -314,9 +314,10 @@ class BlobReads(TxnBase):
     def _referred(self, key: bytes, ref: WriteRef, where: str) -> bytes:
         """The payload a write at ``key`` refers to in its checkpoint's input.
 
-        Costs the checkpoint's envelope (cached) and the input blob's payload; a
-        missing source, or one whose bytes no longer match the reference's CRC,
-        is damage (CorruptRecordError), never another value.
+        Costs the checkpoint's envelope (cached; it holds a short input itself) or
+        the input blob's payload; a missing source, or one whose bytes no longer
+        match the reference's CRC, is damage (CorruptRecordError), never another
+        value.
         """
         ckey = keys.write_checkpoint_key(key)
         source = self._input_of(ckey, ref[0])
