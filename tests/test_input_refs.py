@@ -291,3 +291,20 @@ def test_an_input_kept_by_later_checkpoints_reads_like_in_memory(
             assert saver.verify(deep=True).ok
     assert results[0] == results[1]
     assert results[0][2] == {INPUT_CHANNEL: source}
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_an_input_of_at_most_input_inline_max_bytes_is_held_in_the_record(
+    make_saver: Callable[..., DeltaLogSaver], extra: int
+) -> None:
+    """The bound is on the serialized payload: INPUT_INLINE_MAX bytes stay in the record,
+    one byte more goes to a blob; both read back as they were put."""
+    saver = make_saver()
+    overhead = len(saver.serde.dumps_typed(["x" * 1000])[1]) - 1000
+    value = ["x" * (INPUT_INLINE_MAX + extra - overhead)]
+    assert len(saver.serde.dumps_typed(value)[1]) == INPUT_INLINE_MAX + extra
+    config = put_values(saver, "t", {INPUT_CHANNEL: value})
+    assert input_blobs(saver) == extra
+    tup = saver.get_tuple(config)
+    assert tup is not None
+    assert tup.checkpoint["channel_values"] == {INPUT_CHANNEL: value}
