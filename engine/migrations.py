@@ -58,6 +58,9 @@ step        what changes on disk
             key range, where LMDB fills its pages. Write records hold their
             task path's interned id from then on (a path string still reads;
             none is rewritten)
+10 → 11     nothing is rewritten: format 11 only adds delta records with a
+            compact header (:data:`~deltalog.engine.codec.TAG_DELTA_COMPACT`);
+            the deltas of format 10 and before still read
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only
@@ -110,7 +113,8 @@ Migration = Callable[[Any, NameDbs, RecordCodec], None]
 
 
 def _records_only_added(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
-    """Formats 2, 3, 8 and 9 only add record shapes that older stores lack: nothing to rewrite."""
+    """Formats 2, 3, 8, 9 and 11 only add record shapes that older stores lack: nothing to
+    rewrite."""
 
 
 def checksum_names(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
@@ -386,6 +390,7 @@ MIGRATIONS: Final[tuple[tuple[int, int, Migration], ...]] = (
     (7, 8, _records_only_added),
     (8, 9, _records_only_added),
     (9, 10, version_major_blobs),
+    (10, 11, _records_only_added),
 )
 
 

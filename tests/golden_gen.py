@@ -204,10 +204,10 @@ def read_back(saver: Any) -> dict[str, Any]:
 
 
 def delta_blobs(raw: dict[str, Any]) -> int:
-    """How many blob records of a :func:`raw_summary` are deltas (tag 2; from format 5
-    on with the KEYED bit 0x80 set: 130)."""
+    """How many blob records of a :func:`raw_summary` are deltas (tag 2, and from format
+    11 on tag 5; from format 5 on with the KEYED bit 0x80 set: 130, 133)."""
     return sum(
-        n for tag, n in raw["tags"]["blobs"].items() if tag.isdigit() and int(tag) & 0x7F == 2
+        n for tag, n in raw["tags"]["blobs"].items() if tag.isdigit() and int(tag) & 0x7F in (2, 5)
     )
 
 

@@ -12,7 +12,7 @@ import pytest
 from deltalog.engine import DeltaLogSaver
 from deltalog.engine.blobs import DELTA_MIN
 from deltalog.engine.cache import DecodedCache
-from deltalog.engine.codec import KEYED, TAG_DELTA, RecordCodec
+from deltalog.engine.codec import KEYED, TAG_DELTA_COMPACT, RecordCodec
 from deltalog.engine.envelope import INPUT_CHANNEL, CheckpointEnvelope
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
@@ -50,7 +50,7 @@ def test_growing_values_are_stored_as_skip_deltas(make_saver: Callable[..., Delt
         for key, raw in saver.env.iter_db("blobs"):
             if len(r.blob_typed(key, raw)[1]) >= DELTA_MIN:
                 large.append((key, raw))
-    deltas = [raw for _, raw in large if raw[0] & ~KEYED == TAG_DELTA]
+    deltas = [raw for _, raw in large if raw[0] & ~KEYED == TAG_DELTA_COMPACT]  # format 11
     assert len(deltas) >= len(large) - 2
     bound = len(large).bit_length() + 1
     assert max(chain_length(saver, key, raw) for key, raw in large) <= bound
