@@ -7,8 +7,9 @@ Records (ormsgpack lists, framed by :mod:`deltalog.engine.codec`):
   then ``delta_channels`` (format 2), then ``inline`` (format 3, only when it
   holds a value). ``flags`` bit 0 = hidden (kept only for a delta chain, not
   listed); ``inline`` holds scalar values of at most :data:`INLINE_MAX`
-  serialized bytes, and the run's input of at most :data:`INPUT_INLINE_MAX`. The field positions (``PARENT`` … ``INLINE``) are named
-  here; the hot read path (an envelope's parent and versions) indexes with them.
+  serialized bytes, and the run's input of at most :data:`INPUT_INLINE_MAX`.
+  The field positions (``PARENT`` … ``INLINE``) are named here; the hot read
+  path (an envelope's parent and versions) indexes with them.
 * write: the channel's ``uid`` followed by the framed record — the prefix lets
   a walk skip other channels' writes with a short bytes compare. The record is
   ``[type, bytes, task_path]`` (format 7; ``[type, bytes]`` before, the task
@@ -226,17 +227,17 @@ def inline_value(key: bytes, channel: str, typed: Any) -> StoredValue:
 
 
 # The channel a run's input is stored in (LangGraph's ``START``). The checkpoint
-# that takes the input stores it in a blob of this channel (or inline, see
-# INPUT_INLINE_MAX), and the ``__start__``
-# task then writes the same values again, one write per state channel: on a chat,
-# the human message twice. Since format 7 such a write holds a reference into the
-# blob instead of its payload (see input_ref).
+# that takes the input stores it in a blob of this channel (or in its own record,
+# see INPUT_INLINE_MAX), and the ``__start__`` task then writes the same values
+# again, one write per state channel: on a chat, the human message twice. Since
+# format 7 such a write holds a reference into the input instead of its payload
+# (see input_ref).
 INPUT_CHANNEL: Final = "__start__"
 # Payloads shorter than this are stored as they are: a reference costs ~15 bytes.
 REF_MIN: Final = 64
 # The input of a run serialized to at most this many bytes (a chat's human
 # message, usually) is held in the record of the checkpoint that takes it, like a
-# small scalar: no blob entry, key and record frame (~45 bytes of LMDB page a
+# small scalar: no blob entry, key and record frame (~50 bytes of LMDB page a
 # turn on the benchmark's chats), and the ``__start__`` write's reference reads
 # it from the cached envelope. Not a format change: readers of every format
 # since 3 take any inline value. Bounded so that the record stays in its leaf
