@@ -308,3 +308,30 @@ def test_an_input_of_at_most_input_inline_max_bytes_is_held_in_the_record(
     tup = saver.get_tuple(config)
     assert tup is not None
     assert tup.checkpoint["channel_values"] == {INPUT_CHANNEL: value}
+
+
+def _replays(saver: Any, sf: int | None, long: bool) -> list[Any]:
+    """A chat, then a replay from an input checkpoint without new input (LangGraph runs
+    its ``__start__`` task again from the stored input), then an update as ``__start__``
+    and a run on from it: what a user reads at each point."""
+    graph = run(saver, 5, sf, "r", long=long)
+    out: list[Any] = []
+    inputs = [s for s in graph.get_state_history(cfg("r")) if s.metadata["source"] == "input"]
+    out.append([(s.values, s.next) for s in inputs])
+    out.append(graph.invoke(None, inputs[2].config)["messages"])
+    out.append(history(graph, cfg("r")))
+    graph.update_state(inputs[1].config, {"messages": [human(300, "edit")]}, as_node="__start__")
+    out.append(graph.invoke(None, cfg("r"))["messages"])
+    out.append(history(graph, cfg("r")))
+    return out
+
+
+@pytest.mark.parametrize("long", [False, True], ids=["input-in-record", "input-in-blob"])
+@pytest.mark.parametrize("sf", [None, 3])
+def test_replays_from_an_input_checkpoint_read_like_in_memory(
+    make_saver: Callable[..., DeltaLogSaver], sf: int | None, long: bool
+) -> None:
+    saver = make_saver()
+    assert _replays(saver, sf, long) == _replays(InMemorySaver(), sf, long)
+    assert input_blobs(saver) == (5 if long else 0)  # a replay stores no input again
+    assert saver.verify(deep=True).ok
