@@ -38,7 +38,7 @@ tag   body
 0x05  the delta of 0x02 with a compact header (format 11): a flags byte,
       varints, raw ids, the base's version in LangGraph's counter form as
       a varint and four bytes, no type field for ``msgpack``, and the frame
-      without its magic number (:func:`_pack_delta_header`); ~42 bytes
+      without its magic number (:func:`_pack_delta_body`); ~42 bytes
       less on each delta record, ~7 % of an ``add_messages`` chat's bytes
 ====  ======================================================
 """
@@ -523,13 +523,14 @@ def _delta_fields(framed: memoryview) -> DeltaHeader:
     )
 
 
-# Flags of a compact delta header (format 11, :func:`_pack_delta_header`).
+# Flags of a compact delta header (format 11, :func:`_pack_delta_body`).
 _DH_BASE: Final = 0x01  # a base ref follows, as its length and bytes
 _DH_COUNTER: Final = 0x02  # a base ref follows in LangGraph's counter form
 _DH_TYPE: Final = 0x04  # a serde type other than "msgpack" follows
 _DH_WRITES: Final = 0x08  # the write range follows: lo, hi, the content's CRC-32
 _DH_SPLICE: Final = 0x10  # splice runs follow: their count, then each
-_DH_ALL: Final = 0x1F
+_DH_WHOLE: Final = 0x20  # the frame is stored whole: it is not a zstandard frame
+_DH_ALL: Final = 0x3F
 # A version in LangGraph's form with the suffix deltalog's get_next_version mints.
 _COUNTER_SUFFIX: Final = re.compile(r"(\d{32})\.([0-9a-f]{8})\Z")
 
@@ -590,15 +591,17 @@ def _counter_version(counter: int, suffix: bytes) -> bytes:
     return keys.encode_version(f"{counter:032}.{suffix.hex()}")
 
 
-def _pack_delta_header(
+def _pack_delta_body(
     typ: str,
     base_ref: bytes,
     seq: int,
     writes: WriteDict | None,
     crc: int,
     splice: list[int] | None,
+    packed: bytes,
 ) -> bytes:
-    """The header of a :data:`TAG_DELTA_COMPACT` record (format 11).
+    """A :data:`TAG_DELTA_COMPACT` record (format 11) after its tag: the header, then
+    the compressed frame ``packed``.
 
     ``flags`` (one byte), ``seq`` (varint), then as the flags say: the base
     ref, as a varint counter and four bytes (``_DH_COUNTER``: 19 bytes
@@ -608,7 +611,9 @@ def _pack_delta_header(
     each) and the content's CRC-32 (four bytes, big-endian); the splice as
     the number of its integers, then each as a varint. On an
     ``add_messages`` chat's deltas the msgpack header of formats 2-10 took 99
-    bytes and its length four more; this one takes ~65.
+    bytes and its length four more; this one takes ~65. The frame follows
+    without its zstandard magic number, or whole (``_DH_WHOLE``) when it has
+    none (an injected :class:`Compressor` of another kind).
     """
     flags = 0
     out = [b""]
@@ -632,6 +637,11 @@ def _pack_delta_header(
     if splice is not None:
         flags |= _DH_SPLICE
         out.append(_uvarint(len(splice)) + b"".join(_uvarint(x) for x in splice))
+    if packed[:4] == ZSTD_MAGIC:
+        out.append(packed[4:])
+    else:
+        flags |= _DH_WHOLE
+        out.append(packed)
     out[0] = _TAG_BYTES[flags]
     return b"".join(out)
 
@@ -674,7 +684,10 @@ def _unpack_delta_header(framed: memoryview) -> DeltaHeader:
             x, pos = _read_uvarint(framed, pos)
             runs.append(x)
         splice = tuple(runs)
-    return DeltaHeader(ref, seq, typ, ZSTD_MAGIC + bytes(framed[pos:]), lo, hi, crc, splice)
+    frame = bytes(framed[pos:])
+    if not flags & _DH_WHOLE:
+        frame = ZSTD_MAGIC + frame
+    return DeltaHeader(ref, seq, typ, frame, lo, hi, crc, splice)
 
 
 _CODEC_THREAD: Final = _CodecThread()
@@ -1195,10 +1208,9 @@ class RecordCodec:
         """Encode a ``[type, payload]`` record as a delta against earlier bytes.
 
         Layout (format 11): ``0x05 · header · zstd frame without its magic
-        number · crc32``, the header of :func:`_pack_delta_header`. Before,
+        number · crc32`` (:func:`_pack_delta_body`). Before,
         ``0x02 · u32 header length · msgpack header · zstd frame · crc32``
-        (still read, and written by a compressor whose frames are not
-        zstandard's), the header ``[base_ref, seq, type]``, or ``[base_ref,
+        (still read), the header ``[base_ref, seq, type]``, or ``[base_ref,
         seq, type, lo, hi, crc]`` when the frame's dictionary also holds the
         channel's writes (format 2). A *splice* (format 8) appends
         ``[tail, *runs]`` to either header: the value is runs copied from the
@@ -1238,17 +1250,9 @@ class RecordCodec:
             packed, splice = spliced
         else:
             packed = self.compressor.compress_with_base(typed[1], base, level, tail)
-        if packed[:4] == ZSTD_MAGIC:
-            head = _pack_delta_header(typed[0], base_ref, seq, writes, crc, splice)
-            framed = _TAG_BYTES[TAG_DELTA_COMPACT] + head + packed[4:]
-        else:  # a compressor that does not make zstandard frames (tests): the long header
-            items: list[Any] = [base_ref, seq, typed[0]]
-            if writes is not None:
-                items += [writes.lo, writes.hi, crc]
-            if splice is not None:
-                items.append(splice)
-            header = ormsgpack.packb(items)
-            framed = _TAG_BYTES[TAG_DELTA] + len(header).to_bytes(4, "big") + header + packed
+        framed = _TAG_BYTES[TAG_DELTA_COMPACT] + _pack_delta_body(
+            typed[0], base_ref, seq, writes, crc, splice, packed
+        )
         if len(framed) >= len(typed[1]) // 8:
             return None
         return _seal(framed, key, b"")

@@ -19,7 +19,7 @@ from deltalog.engine.codec import (
     RecordCodec,
     WriteDict,
     _delta_fields,
-    _pack_delta_header,
+    _pack_delta_body,
     _seal,
 )
 from hypothesis import given, settings
@@ -72,6 +72,7 @@ def _long_layout(head: DeltaHeader, frame: bytes) -> bytes:
     writes=write_dicts,
     splice=splices,
     frame=st.binary(max_size=40),
+    whole=st.booleans(),
 )
 def test_the_compact_header_gives_back_every_field(
     typ: str,
@@ -80,15 +81,19 @@ def test_the_compact_header_gives_back_every_field(
     writes: WriteDict | None,
     splice: list[int] | None,
     frame: bytes,
+    whole: bool,
 ) -> None:
+    """Every field comes back; a zstandard frame is stored without its magic number,
+    any other frame (``whole``: a compressor of another kind) as it is."""
     crc = zlib.crc32(writes.content) if writes is not None else 0
-    framed = bytes((TAG_DELTA_COMPACT,)) + _pack_delta_header(typ, ref, seq, writes, crc, splice)
-    head = _delta_fields(memoryview(framed + frame))
+    packed = frame if whole else ZSTD_MAGIC + frame
+    body = _pack_delta_body(typ, ref, seq, writes, crc, splice, packed)
+    head = _delta_fields(memoryview(bytes((TAG_DELTA_COMPACT,)) + body))
     assert head == DeltaHeader(
         ref,
         seq,
         typ,
-        ZSTD_MAGIC + frame,
+        packed,
         None if writes is None else writes.lo,
         None if writes is None else writes.hi,
         None if writes is None else crc,
@@ -118,6 +123,38 @@ def test_a_delta_is_written_compact_and_reads_back() -> None:
     assert codec.decode_delta(old, base, "t", writes.content) == list(typed)
 
 
+class _Tagged:
+    """A compressor whose frames are not zstandard's: zstd's behind a byte of its own."""
+
+    def __init__(self) -> None:
+        self.zstd = RecordCodec().compressor
+
+    def compress_with_base(self, data: bytes, base: bytes, level: int, tail: bytes = b"") -> bytes:
+        return b"T" + self.zstd.compress_with_base(data, base, level, tail)
+
+    def decompress_with_base(self, data: bytes, base: bytes, tail: bytes = b"") -> bytes:
+        assert data[:1] == b"T"
+        return self.zstd.decompress_with_base(data[1:], base, tail)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.zstd, name)
+
+
+def test_a_compressor_of_another_kind_keeps_its_whole_frame() -> None:
+    """An injected compressor whose frames have no zstd magic number: the compact
+    header says so, the frame is stored whole, and the value reads back."""
+    codec = RecordCodec(compressor=_Tagged())  # type: ignore[arg-type]
+    base = os.urandom(5_000)
+    added = os.urandom(600)
+    typed = ("msgpack", base + added)
+    writes = WriteDict(b"lo", b"hi", added)
+    record = codec.encode_delta(typed, base, COUNTER_REF, 2, writes, key=b"k")
+    assert record is not None and record[0] == TAG_DELTA_COMPACT | KEYED
+    head = codec.delta_header(record, "t", key=b"k")
+    assert head is not None and head.packed[:1] == b"T"
+    assert codec.decode_delta(head, base, "t", writes.content) == list(typed)
+
+
 def _uuid(n: int) -> str:
     return f"1ef00000-0000-6000-8000-{n:012d}"
 
@@ -125,7 +162,7 @@ def _uuid(n: int) -> str:
 @pytest.mark.parametrize(
     "header",
     [
-        bytes((0x20, 1)),  # an unknown flag
+        bytes((0x40, 1)),  # an unknown flag
         bytes((0x03, 1, 5)),  # a base both raw and in counter form
         bytes((0x02, 1, 5, 1, 2)),  # a counter-form base cut short
         bytes((0x01, 1, 50, 1)),  # a raw base longer than the header
