@@ -11,7 +11,8 @@ run's input was stored once, format 7), format 7 by 8f4d4a8 (the last commit
 before splice deltas, format 8), format 8 by 1bc1b4b (the last commit before
 the shorter frame of dictionary-compressed records, format 9), format 9 by
 7380bc8 (the last commit before version-major blob keys, format 10), format 10
-by 5a6ec19 (the last commit before compact delta headers, format 11). To write
+by 5a6ec19 (the last commit before compact delta headers, format 11), format 11
+by 2c940e4 (the last commit before compact checkpoint records, format 12). To write
 one again (N=1 shown), from the repository root:
 
     git worktree add --detach /tmp/gold-1 eaa3909^
