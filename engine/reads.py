@@ -70,7 +70,10 @@ def list_rows(
             if before_id is not None and keys.encode_id(only_id) >= keys.encode_id(before_id):
                 rows_iter = iter([])
         else:
-            rows_iter = iter_group(store, t, n, before_id)
+            # A short listing (get_state_history(limit=20)) reads no more rows than
+            # it yields, unless it skips some (hidden, filtered out).
+            chunk = _LIST_CHUNK if remaining is None or filter else min(_LIST_CHUNK, remaining)
+            rows_iter = iter_group(store, t, n, before_id, chunk)
         for row in rows_iter:
             if row.hidden:
                 continue
@@ -101,15 +104,17 @@ def groups(store: Environment, scope: tuple[str, str | None] | None) -> list[tup
 
 
 def iter_group(
-    store: Environment, t: int, n: int, before_id: str | None
+    store: Environment, t: int, n: int, before_id: str | None, chunk: int = _LIST_CHUNK
 ) -> Iterator[CheckpointRow]:
-    """A group's rows newest first below ``before_id``, a short read transaction per chunk."""
+    """A group's rows newest first below ``before_id``, a short read transaction per
+    ``chunk`` rows (the first; later ones :data:`_LIST_CHUNK`)."""
     while True:
-        rows, last = read_chunk(store, t, n, before_id)
+        rows, last = read_chunk(store, t, n, before_id, chunk)
         yield from rows
-        if len(rows) < _LIST_CHUNK or last is None:
+        if len(rows) < chunk or last is None:
             return
         before_id = last
+        chunk = _LIST_CHUNK
 
 
 # The list generators read through these: a generator frame that kept a
@@ -124,11 +129,11 @@ def read_checkpoint(store: Environment, t: int, n: int, checkpoint_id: str) -> C
 
 
 def read_chunk(
-    store: Environment, t: int, n: int, before_id: str | None
+    store: Environment, t: int, n: int, before_id: str | None, chunk: int = _LIST_CHUNK
 ) -> tuple[list[CheckpointRow], str | None]:
-    """Up to _LIST_CHUNK rows newest first below ``before_id``, and the id to go on from."""
+    """Up to ``chunk`` rows newest first below ``before_id``, and the id to go on from."""
     with store.read() as r:
-        return r.checkpoints_below(t, n, before_id, _LIST_CHUNK)
+        return r.checkpoints_below(t, n, before_id, chunk)
 
 
 def export_rows(

@@ -439,3 +439,24 @@ def test_checkpoint_refs_include_hidden_chain(make_saver: Callable[..., DeltaLog
     parents = {cid: parent for _, cid, parent, _ in refs}
     assert all(p is None or p in parents for p in parents.values())
     assert saver.checkpoint_refs("missing") == []
+
+
+def test_short_listings_read_past_hidden_checkpoints(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """A listing with a limit reads its first chunk of only that many rows: every limit,
+    across chunk boundaries and past the hidden checkpoints of a pruned DeltaChannel
+    chain, gives the first rows of the whole listing."""
+    saver = make_saver()
+    run_chat(saver, "t", 14, 100)
+    saver.prune(["t"])  # no seed yet: the chain stays, hidden
+    run_chat(saver, "t", 20, 100, start=14)  # 60 visible checkpoints after 41 hidden ones
+    everything = [c.config for c in saver.list(cfg("t"))]
+    assert len(everything) > 40
+    for limit in (1, 2, 5, 20, 31, 32, 33, len(everything) - 1, len(everything), 500):
+        got = [c.config for c in saver.list(cfg("t"), limit=limit)]
+        assert got == everything[:limit]
+    # Below a checkpoint near the hidden ones: the rows after them, not fewer.
+    before = cfg("t", checkpoint_id=everything[-2]["configurable"]["checkpoint_id"])
+    got = [c.config for c in saver.list(cfg("t"), before=before, limit=3)]
+    assert got == everything[-1:]
