@@ -156,8 +156,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             {c: list(typed) for c, typed in held.items()},
             self._blobbed(t, n, channel_versions, held, known),
         )
-        body = ormsgpack.packb(record.pack())
-        raw = self.codec.encode_body(body, key=key)
+        raw, body = self.codec.encode_checkpoint(record.pack(), key, cid)
         self.txn.put(key, raw, db=self.dbs.checkpoints)
         self._remember_envelope(key, raw, ormsgpack.unpackb(body))
         if run_id is not None:

@@ -41,6 +41,12 @@ tag   body
       without its magic number (:func:`_pack_delta_body`); ~42 bytes
       less on each delta record, ~7 % of an ``add_messages`` chat's bytes
 ====  ======================================================
+
+Tag bit :data:`COMPACT` (0x40, format 12) on a checkpoint record: its envelope
+is in the compact form of :mod:`deltalog.engine.checkpoint_form`, which
+:meth:`RecordCodec.decode` expands with the checkpoint id the key ends in, so
+callers always get the full record (:meth:`RecordCodec.encode_checkpoint`
+writes it).
 """
 
 from __future__ import annotations
@@ -56,11 +62,12 @@ from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
 import ormsgpack
 import zstandard
-from deltalog.engine import keys
+from deltalog.engine import checkpoint_form, keys
 from deltalog.engine.errors import CorruptRecordError, DamagedKeyError, OptionError
 from deltalog.engine.splice import splice_apply, splice_literal, splice_runs
 
 __all__ = [
+    "COMPACT",
     "KEYED",
     "Ahead",
     "Compressor",
@@ -92,6 +99,13 @@ DELTA_TAGS: Final = frozenset({TAG_DELTA, TAG_DELTA_COMPACT})
 ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
 #: Tag bit (format 5): the record's CRC also covers its LMDB key.
 KEYED: Final = 0x80
+#: Tag bit (format 12): a checkpoint record in its compact form
+#: (:mod:`deltalog.engine.checkpoint_form`), which :meth:`RecordCodec.decode`
+#: expands with the checkpoint id its key ends in. Set only with :data:`KEYED`.
+COMPACT: Final = 0x40
+#: An encoded checkpoint id of a UUID (``keys.encode_id``): a tag and 16 bytes,
+#: the last :data:`ID_TAIL` bytes of its checkpoint key.
+ID_TAIL: Final = 17
 CRC_SIZE: Final = 4
 # Envelopes at least this large are compressed with the store's trained
 # dictionary once it has one (checkpoint records and writes are 300-1,000
@@ -992,6 +1006,7 @@ class RecordCodec:
         compress_from: int | None = None,
         fast: bool = False,
         ahead: Ahead | None = None,
+        compact: bool = False,
     ) -> bytes:
         """:meth:`encode` of a record already packed with msgpack.
 
@@ -1004,7 +1019,9 @@ class RecordCodec:
         would fill the samples with near copies of themselves. ``ahead`` is
         :meth:`compress_ahead` of ``body``, done before the write transaction:
         used while the body and the active dictionary are the ones it was made
-        with, else ignored. The record is the same either way.
+        with, else ignored. The record is the same either way. ``compact`` marks
+        ``body`` as a checkpoint record's compact form (:data:`COMPACT`; see
+        :meth:`encode_checkpoint`).
         """
         if ahead is not None and (
             fast
@@ -1030,7 +1047,22 @@ class RecordCodec:
                 dense = self._dense_payload(tag, body, payload)
             if len(dense) < len(payload):
                 payload = dense
+        if compact:
+            if key is None:
+                raise ValueError("a compact checkpoint record is framed over its key")
+            tag |= COMPACT
         return _seal_body(tag, payload, key, prefix)
+
+    def encode_checkpoint(self, rec: list[Any], key: bytes, cid: bytes) -> tuple[bytes, bytes]:
+        """A checkpoint record (the full form, ``CheckpointEnvelope.pack``) framed
+        over its ``key``, whose checkpoint id is ``cid`` (encoded): in the compact
+        form (format 12) when :func:`~deltalog.engine.checkpoint_form.compact`
+        gives one. Returns the framed record and the full form packed."""
+        body = ormsgpack.packb(rec)
+        small = checkpoint_form.compact(rec, cid, body)
+        if small is None:
+            return self.encode_body(body, key=key), body
+        return self.encode_body(small, key=key, compact=True), body
 
     def compress_ahead(self, body: bytes, key_size: int, prefix_size: int) -> Ahead:
         """Compress ``body`` as :meth:`encode_body` would under a key of ``key_size``
@@ -1363,7 +1395,7 @@ class RecordCodec:
             framed = view[:-CRC_SIZE]
             if not _crc_ok(view, key, prefix):
                 raise ValueError("checksum mismatch")
-            tag = framed[0] & ~KEYED
+            tag = framed[0] & ~(KEYED | COMPACT)
             copied = 0
             if tag == TAG_ZSTD:
                 frame = framed[1:]
@@ -1387,13 +1419,22 @@ class RecordCodec:
             ) from exc
 
     def decode(
-        self, data: bytes, what: str, *, prefix: bytes = b"", key: bytes | None = None
+        self,
+        data: bytes,
+        what: str,
+        *,
+        prefix: bytes = b"",
+        key: bytes | None = None,
+        head: bool = False,
     ) -> Any:
         """Decode one record; ``what`` names it in the error (database and key).
 
         ``prefix`` is what :meth:`encode` was given and ``key`` the record's
         LMDB key (both checked by the CRC; ``key`` is needed for a record
-        framed with it).
+        framed with it). ``head``: a checkpoint record whose body and metadata
+        the caller does not read (a walk over parents, versions, inline values
+        or run ids); a compact record leaves those four fields None
+        (:func:`~deltalog.engine.checkpoint_form.expand`), a full one has them.
         """
         try:
             # The checks of _crc_ok, inlined: this runs once per record read.
@@ -1415,19 +1456,27 @@ class RecordCodec:
                 seed = zlib.crc32(prefix, seed)
             if zlib.crc32(view[:end], seed) != int.from_bytes(view[end:], "big"):
                 raise ValueError("checksum mismatch")
+            compact = tag & COMPACT
+            tag &= ~COMPACT
             if tag == TAG_PLAIN:
-                return ormsgpack.unpackb(view[1:end])
-            if tag == TAG_ZSTD:
-                return ormsgpack.unpackb(self.compressor.decompress(bytes(view[1:end])))
-            if tag in (TAG_DICT_COMPACT, TAG_DICT):
+                rec = ormsgpack.unpackb(view[1:end])
+            elif tag == TAG_ZSTD:
+                rec = ormsgpack.unpackb(self.compressor.decompress(bytes(view[1:end])))
+            elif tag in (TAG_DICT_COMPACT, TAG_DICT):
                 dict_id, frame = _dict_frame(tag, view[1:end])
                 body = self.compressor.decompress_with_dict(
                     frame, dict_id, self._dictionary(dict_id)
                 )
-                return ormsgpack.unpackb(body)
-            if tag in DELTA_TAGS:
+                rec = ormsgpack.unpackb(body)
+            elif tag in DELTA_TAGS:
                 raise ValueError("a delta record needs its base; read it through the store")
-            raise ValueError(f"unknown record tag 0x{tag:02x}")
+            else:
+                raise ValueError(f"unknown record tag 0x{tag:02x}")
+            if compact:
+                if key is None:
+                    raise ValueError("a compact checkpoint record read without its key")
+                return checkpoint_form.expand(rec, key[-ID_TAIL:], head=head)
+            return rec
         except Exception as exc:  # every decode failure means the bytes are damaged
             raise CorruptRecordError(
                 f"record {what} cannot be decoded ({type(exc).__name__}: {exc}); run "

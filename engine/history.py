@@ -206,7 +206,9 @@ class HistoryReads(BlobReads):
         for key, raw in self.iter_checkpoint_keys(keys.ns_prefix(t, n), start=None, reverse=False):
             rows.append(
                 RawNode.of(
-                    self.codec.decode(raw, f"checkpoints/{key.hex()}", key=key), key, extra_delta
+                    self.codec.decode(raw, f"checkpoints/{key.hex()}", key=key, head=True),
+                    key,
+                    extra_delta,
                 )
             )
         cycles = parent_cycles({r.cid: r.parent for r in rows})

@@ -61,6 +61,10 @@ step        what changes on disk
 10 → 11     nothing is rewritten: format 11 only adds delta records with a
             compact header (:data:`~deltalog.engine.codec.TAG_DELTA_COMPACT`);
             the deltas of format 10 and before still read
+11 → 12     nothing is rewritten: format 12 only adds checkpoint records in
+            a compact form (:data:`~deltalog.engine.codec.COMPACT`,
+            :mod:`deltalog.engine.checkpoint_form`); the records of format 11
+            and before still read
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only
@@ -391,6 +395,7 @@ MIGRATIONS: Final[tuple[tuple[int, int, Migration], ...]] = (
     (8, 9, _records_only_added),
     (9, 10, version_major_blobs),
     (10, 11, _records_only_added),
+    (11, 12, _records_only_added),
 )
 
 

@@ -200,7 +200,7 @@ class QueryReads(HistoryReads):
             )
         for key, value in self.txn.cursor(db=self.dbs.checkpoints).iternext(keys=True, values=True):
             for channel, typed in inline_of(
-                self.codec.decode(value, f"checkpoints/{key.hex()}", key=key)
+                self.codec.decode(value, f"checkpoints/{key.hex()}", key=key, head=True)
             ).items():
                 e = entry(channel)
                 e["inline"] += 1

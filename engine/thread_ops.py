@@ -87,7 +87,8 @@ class ThreadWrites(CheckpointWrites):
                 env.flags &= ~FLAG_HIDDEN
             if cid in plan.relink:
                 env.parent = parent_in(plan.relink[cid])
-            self.txn.put(key, self.codec.encode(env.pack(), key=key), db=self.dbs.checkpoints)
+            raw, _ = self.codec.encode_checkpoint(env.pack(), key, keys.encode_id(cid))
+            self.txn.put(key, raw, db=self.dbs.checkpoints)
         for key in doomed:
             self.txn.delete(key, db=self.dbs.blobs)
         removed["seeds"] = len(seeds)
@@ -145,7 +146,7 @@ class ThreadWrites(CheckpointWrites):
                     if name == "checkpoints":
                         where = f"checkpoints/{key.hex()}"
                         run_id = CheckpointEnvelope.unpack(
-                            self.codec.decode(value, where, key=key), where
+                            self.codec.decode(value, where, key=key, head=True), where
                         ).run_id
                         if run_id is not None:
                             n = keys.split_ids(key, 2)[0][1]
@@ -250,7 +251,9 @@ class ThreadWrites(CheckpointWrites):
         prefix = keys.thread_prefix(t)
         for key, raw in list(self.iter_checkpoint_keys(prefix, start=None, reverse=False)):
             where = f"checkpoints/{key.hex()}"
-            run_id = CheckpointEnvelope.unpack(self.codec.decode(raw, where, key=key), where).run_id
+            run_id = CheckpointEnvelope.unpack(
+                self.codec.decode(raw, where, key=key, head=True), where
+            ).run_id
             if run_id is not None:
                 _, n, _ = keys.decode_checkpoint_key(key)
                 self.txn.delete(

@@ -208,7 +208,7 @@ class TxnBase:
         read them, never change them)."""
         cached = self.env.envelopes.get(raw)
         if cached is None:
-            rec = self.codec.decode(raw, f"checkpoints/{key.hex()}", key=key)
+            rec = self.codec.decode(raw, f"checkpoints/{key.hex()}", key=key, head=True)
             cached = self._remember_envelope(key, raw, rec)
         return cached
 

@@ -15,9 +15,11 @@ import pytest
 import zstandard
 from deltalog.bench.graphs import MESSAGES, build_graph, human_message, thread_config
 from deltalog.bench.scenarios import CHAT_SCENARIOS
-from deltalog.engine import DeltaLogSaver
+from deltalog.engine import DeltaLogSaver, checkpoint_form
 from deltalog.engine.codec import (
+    COMPACT,
     CRC_SIZE,
+    ID_TAIL,
     KEYED,
     TAG_DICT,
     TAG_DICT_COMPACT,
@@ -121,7 +123,8 @@ def test_format_8_dictionary_records_in_a_store_still_read(tmp_path: Path) -> No
     """Every compact checkpoint record and write of a chat re-framed the format-8 way
     (what a store written before format 9 holds): the states read back the same, from
     a fresh open, and ``verify`` finds nothing wrong."""
-    scenario = next(s for s in CHAT_SCENARIOS if s.name == "chat-delta-sf100").with_turns(130)
+    # 180 turns: the final dictionary is trained from ~256 KiB of records (turn ~125).
+    scenario = next(s for s in CHAT_SCENARIOS if s.name == "chat-delta-sf100").with_turns(180)
     path = tmp_path / "store"
     config = thread_config("t")
     with DeltaLogSaver.from_path(path) as saver:
@@ -136,11 +139,14 @@ def test_format_8_dictionary_records_in_a_store_still_read(tmp_path: Path) -> No
             for key, raw in list(saver.env.iter_db(name)):
                 prefix = raw[: 1 + raw[0]] if name == "writes" else b""
                 record = raw[len(prefix) :]
-                if record[0] & ~KEYED != TAG_DICT_COMPACT or record[1] != 1:
+                if record[0] & ~(KEYED | COMPACT) != TAG_DICT_COMPACT or record[1] != 1:
                     continue  # format 8 had only dictionary 1 (no early one)
                 body = codec.compressor.decompress_with_dict(
                     ZSTD_MAGIC + record[2:-CRC_SIZE], 1, codec.dictionaries[1]
                 )
+                if record[0] & COMPACT:  # format 12's form: format 8 held the full record
+                    full = checkpoint_form.expand(ormsgpack.unpackb(body), key[-ID_TAIL:])
+                    body = ormsgpack.packb(full)
                 old = prefix + _format_8(codec, body, key, prefix)
                 _put_raw(saver, handle, key, old)
                 reframed += 1

@@ -69,6 +69,7 @@ LAYERS: dict[str, str] = {
     "deltalog.engine.codec": "format",
     "deltalog.engine.splice": "format",
     "deltalog.engine.envelope": "format",
+    "deltalog.engine.checkpoint_form": "format",
     "deltalog.engine.core": "format",
     "deltalog.engine.memory_chunks": "format",
     "deltalog.engine.memory_core": "format",
