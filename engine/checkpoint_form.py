@@ -50,14 +50,15 @@ The compact list (its positions are this module's alone)::
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from datetime import datetime, timedelta, timezone
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import ormsgpack
 
-__all__ = ["compact", "expand"]
+__all__ = ["FULL_FIELDS", "Front", "compact", "compact_with", "expand", "front"]
 
 # An encoded checkpoint id of a canonical UUID (keys.encode_id): this tag, 16 bytes.
 _UUID_ID: Final = 0x10
@@ -72,18 +73,20 @@ _COUNTER: Final = re.compile(r"([0-9]{32})\.([0-9a-f]{8})")
 SOURCES: Final = ("input", "loop", "update", "fork")
 _SOURCE_CODES: Final = {s: i for i, s in enumerate(SOURCES)}
 _CKPT_KEYS: Final = ["v", "ts", "versions_seen", "updated_channels"]
-# Field positions of the full record (envelope.py's; repeated so that this module
-# imports nothing of the engine).
-_FULL_FIELDS: Final = 9
+#: The full record's fields before its inline values and blob mask (envelope.py's
+#: positions, repeated so that this module imports nothing of the engine).
+FULL_FIELDS: Final = 9
 _INLINE: Final = 9
 _BLOBBED: Final = 10
 # The compact list's fields up to ``inline``; ``blobbed`` follows when the record has it.
 _COMPACT_FIELDS: Final = 9
 
 
+@functools.lru_cache(maxsize=1024)
 def _v6(cid: bytes) -> tuple[int, int, int] | None:
     """``(timestamp, clock_seq, node)`` of an encoded id that is a version 6 RFC 4122
-    UUID, else None."""
+    UUID, else None; :func:`_v6_id` of them gives ``cid`` back. Cached: a record's
+    id is the next one's parent."""
     if len(cid) != 17 or cid[0] != _UUID_ID:
         return None
     n = int.from_bytes(cid[1:], "big")
@@ -111,6 +114,61 @@ def _ts_text(us: int) -> str:
     return (_UNIX_EPOCH + us * _ONE_US).isoformat()
 
 
+@functools.lru_cache(maxsize=256)
+def _second_of(prefix: str) -> int | None:
+    """The Unix second of ``prefix`` (``YYYY-MM-DDTHH:MM:SS``) when ``isoformat``
+    writes it so, else None. Cached: the puts of one second share it."""
+    try:
+        when = datetime.fromisoformat(prefix + "+00:00")
+    except ValueError:
+        return None
+    if when.isoformat() != prefix + "+00:00":
+        return None
+    return (when - _UNIX_EPOCH) // _ONE_US // 1_000_000
+
+
+def _ts_us(ts: str) -> int | None:
+    """The µs since the epoch of ``ts`` when ``_ts_text`` of them gives ``ts`` back
+    (``datetime.isoformat()`` of a UTC time), else None."""
+    if len(ts) == 32 and ts[19] == "." and ts[26:] == "+00:00" and ts[20:26].isdigit():
+        # LangGraph's form, "2026-12-05T01:00:13.023624+00:00": the second from a
+        # cache, the µs from the text (isoformat leaves ".000000" out).
+        second = _second_of(ts[:19])
+        fraction = int(ts[20:26])
+        if second is not None and fraction and ts[20:26].isascii():
+            return second * 1_000_000 + fraction
+        return None
+    try:
+        when = datetime.fromisoformat(ts)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        return None
+    us: int = (when - _UNIX_EPOCH) // _ONE_US
+    return us if _ts_text(us) == ts else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _counter_parts(version: str) -> tuple[int, bytes] | None:
+    """``(counter, four bytes)`` of a version in deltalog's counter form, else None.
+    Cached: a version is named by every record until its channel changes."""
+    m = _COUNTER.fullmatch(version)
+    if m is None or int(m[1]) >= 1 << 63:  # msgpack ints end at 64 bits
+        return None
+    return int(m[1]), bytes.fromhex(m[2])
+
+
+@functools.lru_cache(maxsize=256)
+def _run_bytes(run_id: str) -> bytes | None:
+    """The 16 bytes of a run id that is a canonical UUID, else None. Cached: a run
+    puts several checkpoints."""
+    try:
+        as_uuid = uuid.UUID(run_id)
+    except ValueError:
+        return None
+    return as_uuid.bytes if str(as_uuid) == run_id else None
+
+
 class _Table:
     """The distinct versions of one record, in order of first use."""
 
@@ -123,15 +181,18 @@ class _Table:
         self.index: dict[tuple[type, Any], int] = {}
 
     def at(self, version: Any) -> int:
-        k = (type(version), version)
+        # By type and value: 1, 1.0 and True stay apart; floats by their text,
+        # since -0.0 == 0.0 and msgpack keeps them apart.
+        vt = type(version)
+        k = (vt, repr(version) if vt is float else version)
         pos = self.index.get(k)
         if pos is None:
             pos = self.index[k] = len(self.items)
-            m = _COUNTER.fullmatch(version) if type(version) is str else None
-            if m is not None:
-                self.counters.append(len(self.items))
-                self.items.append(int(m[1]))
-                self.suffixes.append(bytes.fromhex(m[2]))
+            parts = _counter_parts(version) if vt is str else None
+            if parts is not None:
+                self.counters.append(pos)
+                self.items.append(parts[0])
+                self.suffixes.append(parts[1])
             else:
                 self.items.append([version])
         return pos
@@ -188,19 +249,21 @@ def _compact_checkpoint(
         return [ctype, cbytes]
     if not isinstance(body, dict) or list(body) != _CKPT_KEYS:
         return [ctype, cbytes]
+    if ormsgpack.packb(body) != cbytes:
+        # Not msgpack as ormsgpack writes it (a longer integer or string header):
+        # the rebuilt bytes would differ.
+        return [ctype, cbytes]
     seen = body["versions_seen"]
     if not isinstance(seen, dict) or not all(isinstance(m, dict) for m in seen.values()):
         return [ctype, cbytes]
     ts: Any = body["ts"]
     if own is not None and type(ts) is str:
         try:
-            when = datetime.fromisoformat(ts)
-            if when.tzinfo is not None:
-                us = (when - _UNIX_EPOCH) // _ONE_US - (own[0] - _UUID_EPOCH) // 10
-                if _ts_text(us + (own[0] - _UUID_EPOCH) // 10) == ts:
-                    ts = us
-        except (ValueError, OverflowError):
-            pass
+            us = _ts_us(ts)
+        except OverflowError:
+            us = None
+        if us is not None:
+            ts = us - (own[0] - _UUID_EPOCH) // 10
     return [
         body["v"],
         ts,
@@ -218,6 +281,8 @@ def _compact_metadata(mtype: Any, mbytes: Any, own: tuple[int, int, int] | None)
         return [mtype, mbytes]
     if not isinstance(meta, dict) or list(meta)[:2] != ["source", "step"]:
         return [mtype, mbytes]
+    if ormsgpack.packb(meta) != mbytes:
+        return [mtype, mbytes]
     source, step = meta["source"], meta["step"]
     if type(step) is not int or type(source) is not str:
         return [mtype, mbytes]
@@ -225,22 +290,31 @@ def _compact_metadata(mtype: Any, mbytes: Any, own: tuple[int, int, int] | None)
     return [_SOURCE_CODES.get(source, source), step - _signed_seq(own[1]), rest]
 
 
-def compact(rec: list[Any], cid: bytes, full: bytes) -> bytes | None:
-    """The compact form of checkpoint record ``rec`` (the full form, as
-    :meth:`~deltalog.engine.envelope.CheckpointEnvelope.pack` makes it; ``full``
-    is it packed with msgpack) stored under checkpoint id ``cid`` (encoded, as
-    its key ends), packed with msgpack; None when it would not read back as
-    ``rec`` exactly or would not be shorter than ``full``."""
+class Front(NamedTuple):
+    """The compact form of a record's fields before its inline values and blob mask
+    (which both forms hold as they are), made and checked before the write
+    transaction (:func:`front`) and finished in it (:func:`compact_with`)."""
+
+    full: list[Any]
+    """The record's first nine fields (``CheckpointEnvelope.pack``'s)."""
+    compact: list[Any]
+    """The same in the compact form: eight fields, ``inline`` and ``blobbed`` to follow."""
+
+
+def front(full: list[Any], cid: bytes) -> Front | None:
+    """The :class:`Front` of a record whose first nine fields are ``full``, stored under
+    checkpoint id ``cid`` (encoded); None when the compact form would not read back
+    as ``full`` exactly or would not be shorter."""
     try:
-        return _compact(rec, cid, full)
+        return _front(full, cid)
     except (TypeError, ValueError, OverflowError):  # unhashable or odd values: as it is
         return None
 
 
-def _compact(rec: list[Any], cid: bytes, full: bytes) -> bytes | None:
-    if not isinstance(rec, list) or not _FULL_FIELDS <= len(rec) <= _BLOBBED + 1:
+def _front(full: list[Any], cid: bytes) -> Front | None:
+    if not isinstance(full, list) or len(full) != FULL_FIELDS:
         return None
-    parent, versions, ctype, cbytes, mtype, mbytes, flags, run_id, delta = rec[:_FULL_FIELDS]
+    parent, versions, ctype, cbytes, mtype, mbytes, flags, run_id, delta = full
     if not isinstance(versions, dict):
         return None
     own = _v6(cid)
@@ -255,24 +329,54 @@ def _compact(rec: list[Any], cid: bytes, full: bytes) -> bytes | None:
     meta = _compact_metadata(mtype, mbytes, own)
     run: Any = run_id
     if type(run_id) is str and len(run_id) == 36:
-        try:
-            as_uuid = uuid.UUID(run_id)
-        except ValueError:
-            pass
-        else:
-            if str(as_uuid) == run_id:
-                run = as_uuid.bytes
+        run = _run_bytes(run_id) or run_id
     out = [pform, table.packed(), positions, ckpt, meta, flags, run, delta]
-    out.append(rec[_INLINE] if len(rec) > _INLINE else {})
+    # Its own copies: compact_with compares the record it is given with these.
+    full = [parent, dict(versions), ctype, cbytes, mtype, mbytes, flags, run_id, list(delta)]
+    if (len(ckpt) == 2 or len(meta) == 2) and len(ormsgpack.packb(out)) + 1 >= len(
+        ormsgpack.packb(full)
+    ):
+        # Shorter by more than the byte an empty ``inline`` may cost the compact
+        # form (a body and metadata compacted always are).
+        return None
+    # Every part that is not kept as it is was checked where it was made: a parent
+    # id rebuilt from its fields, a ts text rebuilt from its offset, versions
+    # matched exactly by the counter pattern (or kept), the body and metadata as
+    # ormsgpack packs them. tests/test_checkpoint_form.py expands every form back.
+    return Front(full, out)
+
+
+def compact_with(made: Front, rec: list[Any]) -> bytes | None:
+    """Checkpoint record ``rec`` (the full form) in the compact form, packed with
+    msgpack, from ``made`` (:func:`front` of its first nine fields); None when
+    ``rec`` does not start with those fields (the caller then stores it as it is)."""
+    full = made.full
+    if len(rec) < FULL_FIELDS or len(rec) > _BLOBBED + 1:
+        return None
+    for i in range(FULL_FIELDS):
+        if rec[i] is not full[i] and rec[i] != full[i]:
+            return None
+    if not _same_types(rec, full):
+        return None
+    tail = [rec[_INLINE] if len(rec) > _INLINE else {}]
     if len(rec) > _BLOBBED:
-        out.append(rec[_BLOBBED])
-    packed = ormsgpack.packb(out)
-    if len(packed) >= len(full):
+        tail.append(rec[_BLOBBED])
+    try:
+        return ormsgpack.packb([*made.compact, *tail])
+    except TypeError:  # what the full form cannot pack either: the caller says so
         return None
-    back = expand(ormsgpack.unpackb(packed), cid)
-    if back != rec or not _same_types(back, rec):
+
+
+def compact(rec: list[Any], cid: bytes) -> bytes | None:
+    """Checkpoint record ``rec`` (the full form, as
+    :meth:`~deltalog.engine.envelope.CheckpointEnvelope.pack` makes it) stored under
+    checkpoint id ``cid`` (encoded, as its key ends) in the compact form, packed
+    with msgpack; None when it would not read back as ``rec`` exactly or would not
+    be shorter (:func:`front`, then :func:`compact_with`)."""
+    if not isinstance(rec, list):
         return None
-    return packed
+    made = front(rec[:FULL_FIELDS], cid)
+    return None if made is None else compact_with(made, rec)
 
 
 def _same_types(a: list[Any], b: list[Any]) -> bool:

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ormsgpack
-from deltalog.engine import keys
+from deltalog.engine import checkpoint_form, keys
 from deltalog.engine.blobs import BlobWrites
 from deltalog.engine.codec import Ahead
 from deltalog.engine.envelope import (
@@ -52,6 +52,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         carry: Sequence[str] = (),
         passed: Mapping[str, Typed] | None = None,
         minted: bool = False,
+        made: checkpoint_form.Front | None = None,
     ) -> None:
         """Store a checkpoint record, its new blobs and its run-index entry.
 
@@ -156,7 +157,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             {c: list(typed) for c, typed in held.items()},
             self._blobbed(t, n, channel_versions, held, known),
         )
-        raw, body = self.codec.encode_checkpoint(record.pack(), key, cid)
+        raw, body = self.codec.encode_checkpoint(record.pack(), key, cid, made)
         self.txn.put(key, raw, db=self.dbs.checkpoints)
         self._remember_envelope(key, raw, ormsgpack.unpackb(body))
         if run_id is not None:

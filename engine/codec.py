@@ -1053,13 +1053,23 @@ class RecordCodec:
             tag |= COMPACT
         return _seal_body(tag, payload, key, prefix)
 
-    def encode_checkpoint(self, rec: list[Any], key: bytes, cid: bytes) -> tuple[bytes, bytes]:
+    def encode_checkpoint(
+        self,
+        rec: list[Any],
+        key: bytes,
+        cid: bytes,
+        made: checkpoint_form.Front | None = None,
+    ) -> tuple[bytes, bytes]:
         """A checkpoint record (the full form, ``CheckpointEnvelope.pack``) framed
         over its ``key``, whose checkpoint id is ``cid`` (encoded): in the compact
-        form (format 12) when :func:`~deltalog.engine.checkpoint_form.compact`
-        gives one. Returns the framed record and the full form packed."""
+        form (format 12) when :mod:`~deltalog.engine.checkpoint_form` gives one,
+        from ``made`` when the caller made its front before the transaction.
+        Returns the framed record and the full form packed."""
         body = ormsgpack.packb(rec)
-        small = checkpoint_form.compact(rec, cid, body)
+        if made is not None:
+            small = checkpoint_form.compact_with(made, rec)
+        else:
+            small = checkpoint_form.compact(rec, cid)
         if small is None:
             return self.encode_body(body, key=key), body
         return self.encode_body(small, key=key, compact=True), body

@@ -16,10 +16,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import ormsgpack
-from deltalog.engine import keys
+from deltalog.engine import checkpoint_form, keys
 from deltalog.engine.codec import DENSE_MIN, Ahead, RecordCodec
 from deltalog.engine.config import checkpoint_config, delta_counters, parse_config
-from deltalog.engine.envelope import INPUT_CHANNEL, held_inline, is_scalar, write_record
+from deltalog.engine.envelope import (
+    INPUT_CHANNEL,
+    CheckpointEnvelope,
+    held_inline,
+    is_scalar,
+    parent_in,
+    write_record,
+)
 from deltalog.engine.errors import ConfigError, InvalidInputError
 from deltalog.engine.store_rows import BlobRow, Typed
 from deltalog.engine.values import dumps
@@ -133,6 +140,14 @@ def prepare_put(
             typed = dumps(serde, values[c], f"channel {c!r}")
             if held_inline(c, values[c], typed):
                 passed[c] = typed
+    # The record's compact form (format 12), all but its inline values and blob
+    # mask, made here: outside the write transaction that every writer queues for.
+    made = checkpoint_form.front(
+        CheckpointEnvelope(
+            parent_in(parent_id), versions, ckpt_typed, meta_typed, 0, run, list(delta)
+        ).pack()[: checkpoint_form.FULL_FIELDS],
+        keys.encode_id(checkpoint_id),
+    )
 
     def op(w: WriteTxn) -> list[tuple[bytes, Typed]]:
         w.put_checkpoint(
@@ -150,6 +165,7 @@ def prepare_put(
             carry=carry,
             passed=passed,
             minted=True,
+            made=made,
         )
         return w.large_blobs
 
