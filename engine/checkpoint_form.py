@@ -26,9 +26,22 @@ On the benchmark's sf=100 chat a record takes ~40 bytes less after compression
 (docs/benchmarks.md, stop 40). The form is a function of the record and its own
 checkpoint id (the last field of its key), so the record stays self-contained:
 reading it needs no other record, and nothing that deletes, copies or re-links
-checkpoints changes another record. :func:`compact` returns None whenever the
-record does not come back exactly (any other serializer, id, or shape): the
-writer then stores the record as before.
+checkpoints changes another record. The fields relative to the id appear
+only when the id is a UUIDv6, which is then the last 17 bytes of the key (a
+reader takes them from there); under any other id nothing in the record
+depends on the key's bytes, so a copy that changes a short id's key tail
+reads the same record.
+
+:func:`front` returns None whenever a part would not come back exactly (any
+other serializer, msgpack that ormsgpack would write otherwise, an id or
+version of another shape) or the form would not be shorter: the writer then
+stores the record as before. It checks each part where it is made rather
+than expanding the record back (it runs in every ``put``, before the write
+transaction: :mod:`deltalog.engine.prepare`); tests/test_checkpoint_form.py
+expands what it makes, for any record hypothesis draws. :func:`compact_with`
+adds the inline values and blob mask in the transaction, :func:`expand` is
+the codec's, on every read of a record with
+:data:`~deltalog.engine.codec.COMPACT` set.
 
 The compact list (its positions are this module's alone)::
 

@@ -127,7 +127,8 @@ FINAL_DICT: Final = 1
 # to 129.5 B, against 123.3 B with the final 32 KiB dictionary from 256 KiB and
 # 370 B as stored without one (below compress_threshold records are stored
 # plain); 16 KiB of samples gave 134.5 B. The sf=100 chat reaches it at turn
-# ~11, the final dictionary at turn ~91.
+# ~11, the final dictionary at turn ~91 (format 11; ~15 and ~122 with the shorter
+# checkpoint records of format 12).
 EARLY_DICT_SIZE: Final = 4 * 1024
 EARLY_BYTES: Final = 32 * 1024
 EARLY_RECORDS: Final = 32
