@@ -1486,7 +1486,7 @@ class RecordCodec:
             if compact:
                 if key is None:
                     raise ValueError("a compact checkpoint record read without its key")
-                return checkpoint_form.expand(rec, key[-ID_TAIL:], head=head)
+                return checkpoint_form.expand(rec, bytes(key[-ID_TAIL:]), head=head)
             return rec
         except Exception as exc:  # every decode failure means the bytes are damaged
             raise CorruptRecordError(

@@ -394,3 +394,13 @@ def test_float_versions_that_compare_equal_stay_apart() -> None:
     assert small is not None
     back = expand(ormsgpack.unpackb(small), keys.encode_id(own))
     assert ormsgpack.packb(back) == ormsgpack.packb(rec)
+
+
+def test_a_key_given_as_a_buffer_reads_the_same() -> None:
+    """A key handed over as a writable buffer (unhashable, unlike bytes) reads the same."""
+    codec = RecordCodec()
+    own = _v6(7)
+    key = keys.checkpoint_key(1, 1, keys.encode_id(own))
+    raw, full = codec.encode_checkpoint(_record(own, _v6(6)), key, keys.encode_id(own))
+    buffer = memoryview(bytearray(key))
+    assert ormsgpack.packb(codec.decode(raw, "t", key=buffer)) == full  # type: ignore[arg-type]
