@@ -71,7 +71,15 @@ from typing import Any, Final, NamedTuple
 
 import ormsgpack
 
-__all__ = ["FULL_FIELDS", "Front", "compact", "compact_with", "expand", "front"]
+__all__ = [
+    "FULL_FIELDS",
+    "Front",
+    "compact",
+    "compact_with",
+    "counter_parts",
+    "expand",
+    "front",
+]
 
 # An encoded checkpoint id of a canonical UUID (keys.encode_id): this tag, 16 bytes.
 _UUID_ID: Final = 0x10
@@ -162,11 +170,16 @@ def _ts_us(ts: str) -> int | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _counter_parts(version: str) -> tuple[int, bytes] | None:
-    """``(counter, four bytes)`` of a version in deltalog's counter form, else None.
-    Cached: a version is named by every record until its channel changes."""
+def counter_parts(version: str) -> tuple[int, bytes] | None:
+    """``(counter, four bytes)`` of a version in deltalog's counter form
+    (``"<32 ASCII digits>.<8 lowercase hex digits>"``, every version
+    ``get_next_version`` mints) whose counter is below 2^63, else None; the
+    version is ``f"{counter:032d}.{suffix.hex()}"``. Below 2^63: a msgpack int
+    (this module's version table) and an LEB128 varint of at most nine bytes
+    (the codec's delta headers) both hold it. Cached: a version is named by every
+    record until its channel changes."""
     m = _COUNTER.fullmatch(version)
-    if m is None or int(m[1]) >= 1 << 63:  # msgpack ints end at 64 bits
+    if m is None or int(m[1]) >= 1 << 63:
         return None
     return int(m[1]), bytes.fromhex(m[2])
 
@@ -201,7 +214,7 @@ class _Table:
         pos = self.index.get(k)
         if pos is None:
             pos = self.index[k] = len(self.items)
-            parts = _counter_parts(version) if vt is str else None
+            parts = counter_parts(version) if vt is str else None
             if parts is not None:
                 self.counters.append(pos)
                 self.items.append(parts[0])

@@ -54,7 +54,6 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import os
-import re
 import threading
 import zlib
 from collections.abc import Callable
@@ -546,8 +545,6 @@ _DH_WRITES: Final = 0x08  # the write range follows: lo, hi, the content's CRC-3
 _DH_SPLICE: Final = 0x10  # splice runs follow: their count, then each
 _DH_WHOLE: Final = 0x20  # the frame is stored whole: it is not a zstandard frame
 _DH_ALL: Final = 0x3F
-# A version in LangGraph's form with the suffix deltalog's get_next_version mints.
-_COUNTER_SUFFIX: Final = re.compile(r"(\d{32})\.([0-9a-f]{8})\Z")
 
 
 def _uvarint(n: int) -> bytes:
@@ -584,21 +581,19 @@ def _read_bytes(buf: memoryview, pos: int) -> tuple[bytes, int]:
 
 
 def _counter_ref(ref: bytes) -> tuple[int, bytes] | None:
-    """``(counter, 4 suffix bytes)`` when ``ref`` encodes a version
-    ``"<32-digit counter>.<8 lowercase hex digits>"`` (every version
-    :meth:`~deltalog.engine.DeltaLogSaver.get_next_version` mints) and
-    :func:`_counter_version` gives ``ref`` back; else None."""
+    """``(counter, 4 suffix bytes)`` when ``ref`` encodes a version in the counter
+    form (:func:`~deltalog.engine.checkpoint_form.counter_parts`: every version
+    :meth:`~deltalog.engine.DeltaLogSaver.get_next_version` mints, the counter
+    below 2^63 so that its varint reads back) and :func:`_counter_version` gives
+    ``ref`` back; else None."""
     try:
         version, end = keys.decode_version(ref, 0)
     except DamagedKeyError:
         return None
     if end != len(ref) or not isinstance(version, str):
         return None
-    m = _COUNTER_SUFFIX.match(version)
-    if m is None:
-        return None
-    counter, suffix = int(m.group(1)), bytes.fromhex(m.group(2))
-    return (counter, suffix) if _counter_version(counter, suffix) == ref else None
+    parts = checkpoint_form.counter_parts(version)
+    return parts if parts is not None and _counter_version(*parts) == ref else None
 
 
 def _counter_version(counter: int, suffix: bytes) -> bytes:

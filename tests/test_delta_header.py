@@ -213,3 +213,25 @@ def test_an_add_messages_chat_reads_like_in_memory_with_compact_deltas(
     assert tags.count(TAG_DELTA_COMPACT) >= 40 and TAG_DELTA not in tags
     assert history(graph, cfg("t")) == history(reference, cfg("t"))
     assert saver.verify(deep=True).ok
+
+
+@pytest.mark.parametrize(
+    "version",
+    [
+        "99999999999999999999999999999999.abcdef12",  # a counter past 64 bits
+        "00000000000018446744073709551616.00000000",  # 2^64
+        "00000000000009223372036854775808.0a0b0c0d",  # 2^63
+    ],
+)
+def test_a_base_version_whose_counter_a_varint_cannot_hold_reads_back(version: str) -> None:
+    """A base in counter form whose counter is 2^63 or more is kept as its bytes
+    (``_DH_BASE``), not as a varint the reader would refuse past 64 bits."""
+    codec = RecordCodec()
+    base = os.urandom(20_000)
+    typed = ("msgpack", base + os.urandom(300))
+    ref = keys.encode_version(version)
+    record = codec.encode_delta(typed, base, ref, 5, None, key=b"k")
+    assert record is not None
+    head = codec.delta_header(record, "t", key=b"k")
+    assert head is not None and head.ref == ref
+    assert codec.decode_delta(head, base, "t", b"") == list(typed)
