@@ -19,7 +19,13 @@ the same record, or its own key, already says:
   table of its distinct versions, each a counter below the table's highest and
   four bytes, and names them by position;
 * the metadata's ``source`` (one of four words) as a number, its ``step`` as
-  its difference from the step the id holds;
+  its difference from the step the id holds. The id holds the step modulo
+  2^14 (``clock_seq & 0x3FFF``), so from step 8,192 on the difference is a
+  multiple of 16,384: that multiple goes into the source's number (format 13),
+  which keeps the record's bytes those of a young thread's (the trained
+  dictionary matched them; with the difference as a number a record took
+  4-13 bytes more compressed, ~25 bytes a turn of the benchmark chat past
+  turn 2,730, docs/benchmarks.md, stop 41);
 * a UUID run id as its 16 bytes.
 
 On the benchmark's sf=100 chat a record takes ~40 bytes less after compression
@@ -55,8 +61,11 @@ The compact list (its positions are this module's alone)::
 * ``checkpoint``: ``[type, bytes]`` as before, or ``[v, ts, versions_seen,
   updated_channels]`` with ``ts`` an int (µs from the id's time) or the
   string, and ``versions_seen`` node → channel → table position;
-* ``metadata``: ``[type, bytes]``, or ``[source, dstep, rest]``: ``source`` an
-  int (:data:`SOURCES`) or the string, ``rest`` the other keys in order;
+* ``metadata``: ``[type, bytes]``, or ``[source, dstep, rest]``: ``source`` the
+  string, or an int ``code + 4 * wraps`` (``code`` its place in :data:`SOURCES`,
+  ``wraps`` 0 before format 13), the step being ``dstep + wraps * 2^14`` plus
+  the id's clock sequence read as a signed 14-bit number; ``rest`` the other
+  keys in order;
 * ``run_id``: None, the string, or a UUID's 16 bytes;
 * ``blobbed`` present exactly when the record has it; ``inline`` always.
 """
@@ -89,6 +98,8 @@ _UNIX_EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _ONE_US: Final = timedelta(microseconds=1)
 _NODE: Final = (1 << 48) - 1
 _SEQ: Final = (1 << 14) - 1
+# Steps one turn of the clock sequence apart.
+_WRAP: Final = 1 << 14
 _COUNTER: Final = re.compile(r"([0-9]{32})\.([0-9a-f]{8})")
 #: The metadata ``source`` words LangGraph writes, by their number in the compact form.
 SOURCES: Final = ("input", "loop", "update", "fork")
@@ -313,7 +324,14 @@ def _compact_metadata(mtype: Any, mbytes: Any, own: tuple[int, int, int] | None)
     if type(step) is not int or type(source) is not str:
         return [mtype, mbytes]
     rest = {k: v for k, v in meta.items() if k not in ("source", "step")}
-    return [_SOURCE_CODES.get(source, source), step - _signed_seq(own[1]), rest]
+    dstep = step - _signed_seq(own[1])
+    code = _SOURCE_CODES.get(source)
+    if code is None:
+        return [source, dstep, rest]
+    # Format 13: whole turns of the 14-bit clock sequence go into the source's
+    # number, so a LangGraph step past 8,191 stores a difference of 0 as before it.
+    wraps, dstep = divmod(dstep, _WRAP) if dstep >= _WRAP else (0, dstep)
+    return [code + len(SOURCES) * wraps, dstep, rest]
 
 
 class Front(NamedTuple):
@@ -446,15 +464,17 @@ def _metadata(meta: Any, own: tuple[int, int, int] | None) -> list[Any]:
     if len(meta) != 3:
         raise ValueError("metadata field of an unexpected shape")
     source, dstep, rest = meta
+    wraps = 0
     if type(source) is int:
-        if not 0 <= source < len(SOURCES):
+        if source < 0:
             raise ValueError(f"metadata source {source} out of range")
-        source = SOURCES[source]
+        wraps, code = divmod(source, len(SOURCES))
+        source = SOURCES[code]
     if type(dstep) is not int or not isinstance(rest, dict):
         raise ValueError("metadata of an unexpected shape")
     if own is None:
         raise ValueError("a relative step without a UUIDv6 id")
-    step = dstep + _signed_seq(own[1])
+    step = dstep + wraps * _WRAP + _signed_seq(own[1])
     return ["msgpack", ormsgpack.packb({"source": source, "step": step, **rest})]
 
 

@@ -1,6 +1,6 @@
 """The on-disk key layout of a deltalog store. No other module builds key bytes.
 
-One LMDB environment holds these named databases (``FORMAT_VERSION`` = 12):
+One LMDB environment holds these named databases (``FORMAT_VERSION`` = 13):
 
 ============  ==========================================================  ==========================
 database      key (byte encoding, in order)                               value
@@ -180,7 +180,7 @@ __all__ = [
     "write_suffix",
 ]
 
-FORMAT_VERSION: Final = 12
+FORMAT_VERSION: Final = 13
 #: Formats this version reads. Formats 2 and 3 only added record shapes (delta
 #: blobs over writes, small values inside checkpoint records); format 4 put a
 #: CRC on the name records, format 5 a CRC over each record's key (checkpoints,
@@ -193,9 +193,10 @@ FORMAT_VERSION: Final = 12
 #: (:data:`deltalog.engine.codec.EARLY_DICT`), format 10 blob keys with the version before
 #: the channel (:data:`BLOB_KEYS_FORMAT`), format 11 delta records with a compact header
 #: (:data:`deltalog.engine.codec.TAG_DELTA_COMPACT`), format 12 checkpoint records in a compact
-#: form (:mod:`deltalog.engine.checkpoint_form`). A writable open upgrades an older store through
+#: form (:mod:`deltalog.engine.checkpoint_form`), format 13 that form's step past the 14 bits of the
+#: id's clock sequence. A writable open upgrades an older store through
 #: :data:`deltalog.engine.migrations.MIGRATIONS`; a read-only open reads it as it is.
-READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
+READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13})
 #: The first format whose records (and trained dictionaries) carry a CRC over their key.
 KEYED_FORMAT: Final = 5
 #: The first format whose write keys hold the task id alone (the task path is in the record).

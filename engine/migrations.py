@@ -117,7 +117,7 @@ Migration = Callable[[Any, NameDbs, RecordCodec], None]
 
 
 def _records_only_added(txn: Any, dbs: NameDbs, codec: RecordCodec) -> None:
-    """Formats 2, 3, 8, 9 and 11 only add record shapes that older stores lack: nothing to
+    """Formats 2, 3, 8, 9, 11, 12 and 13 only add record shapes that older stores lack: nothing to
     rewrite."""
 
 
@@ -396,6 +396,7 @@ MIGRATIONS: Final[tuple[tuple[int, int, Migration], ...]] = (
     (9, 10, version_major_blobs),
     (10, 11, _records_only_added),
     (11, 12, _records_only_added),
+    (12, 13, _records_only_added),
 )
 
 

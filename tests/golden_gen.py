@@ -12,7 +12,9 @@ before splice deltas, format 8), format 8 by 1bc1b4b (the last commit before
 the shorter frame of dictionary-compressed records, format 9), format 9 by
 7380bc8 (the last commit before version-major blob keys, format 10), format 10
 by 5a6ec19 (the last commit before compact delta headers, format 11), format 11
-by 2c940e4 (the last commit before compact checkpoint records, format 12). To write
+by 2c940e4 (the last commit before compact checkpoint records, format 12), format 12
+by 73a716b (the last commit before the compact step past the clock sequence, format
+13). To write
 one again (N=1 shown), from the repository root:
 
     git worktree add --detach /tmp/gold-1 eaa3909^

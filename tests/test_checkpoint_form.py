@@ -126,15 +126,45 @@ def test_ids_of_every_form_read_back(own: str, parent: str | None) -> None:
 
 def test_steps_far_from_the_ids_clock_sequence_and_negative_steps() -> None:
     """The id holds the step modulo 2**14; a metadata step anywhere reads back."""
-    for step in (-2, -1, 0, 1, 8191, 8192, 16383, 16384, 10**9):
+    for step in (-2, -1, 0, 1, 8191, 8192, 16383, 16384, 27000, 10**9):
         own = _v6(step)
         rec = _record(own, _v6(step - 1), step=step)
         small = _round_trip(rec, keys.encode_id(own))
         assert small is not None
-        # The step the id holds costs nothing (-1 and -2 included).
-        assert ormsgpack.unpackb(small)[4][1] == (0 if -8192 <= step < 8192 else step - _wrap(step))
+        # The step the id holds costs nothing (-1 and -2 included), past 8,191 too
+        # (format 13): the turns of the clock sequence are in the source's number.
+        source, dstep, _ = ormsgpack.unpackb(small)[4]
+        assert dstep == 0
+        assert source == 1 + 4 * ((step - _wrap(step)) >> 14)
         rec = _record(own, _v6(step - 1), step=step + 5)  # a step the id does not hold
         assert _round_trip(rec, keys.encode_id(own)) is not None
+        rec = _record(own, _v6(step - 1), step=step - 20_000)  # far below it
+        assert _round_trip(rec, keys.encode_id(own)) is not None
+
+
+@pytest.mark.parametrize("step", [8192, 16384, 27000, 10**9])
+def test_a_format_12_step_past_the_clock_sequence_still_reads(step: int) -> None:
+    """Format 12 kept the turns of the clock sequence in the step's difference (the
+    source's number below 4): such a record reads the same step under format 13."""
+    own = _v6(step)
+    cid = keys.encode_id(own)
+    rec = _record(own, _v6(step - 1), step=step)
+    form = ormsgpack.unpackb(compact(rec, cid) or b"")
+    form[4] = [1, step - _wrap(step), form[4][2]]  # as format 12 wrote it
+    assert expand(form, cid) == rec
+
+
+def test_longer_threads_keep_the_record_bytes_of_a_young_one() -> None:
+    """Past step 8,191 a record differs from a young thread's only in the source's
+    number (the dictionary, trained early, matches the rest)."""
+    forms = []
+    for step in (300, 27000):
+        own = _v6(step)
+        small = compact(_record(own, _v6(step - 1), step=step), keys.encode_id(own))
+        assert small is not None
+        forms.append(ormsgpack.unpackb(small)[4])
+    (source, dstep, rest), (old_source, old_dstep, old_rest) = forms
+    assert (old_dstep, old_rest) == (dstep, rest) and 0 <= source < old_source < 128
 
 
 @pytest.mark.parametrize(
@@ -238,7 +268,7 @@ def test_a_record_written_without_its_ids_time_ignores_a_key_tail_that_looks_lik
         (2, {"a": 9}),  # a position past the table
         (2, {"a": -1}),  # a negative position
         (3, [1, 2, 3]),  # a checkpoint field of three items
-        (4, [9, 0, {}]),  # a source number past the words
+        (4, [-1, 0, {}]),  # a source number below zero (past 3: turns of the clock sequence)
         (4, [1, "x", {}]),  # a step that is not an int
     ],
 )
