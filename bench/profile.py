@@ -74,16 +74,21 @@ class SaverTimer:
 
     Nested saver calls (a method calling another) are counted once, at the
     outermost call of each thread. Time on the thread that created the timer
-    is ``own_thread``; time on any other thread is ``other_threads``.
+    is ``own_thread``; time on any other thread is ``other_threads``; per
+    method, ``seconds`` and ``method_calls``. ``clock`` measures the time
+    (elapsed by default; ``time.thread_time`` for the calling thread's CPU).
     """
 
-    def __init__(self, saver: Any) -> None:
+    def __init__(self, saver: Any, clock: Callable[[], float] = time.perf_counter) -> None:
         self._main = threading.get_ident()
         self._lock = threading.Lock()
         self._depth = threading.local()
+        self._clock = clock
         self.own_thread = 0.0
         self.other_threads = 0.0
         self.calls = 0
+        self.seconds: dict[str, float] = {}
+        self.method_calls: dict[str, int] = {}
         self.gc_seconds = 0.0
         self._gc_start = 0.0
         gc.callbacks.append(self._on_gc)
@@ -108,7 +113,7 @@ class SaverTimer:
         def timed(*args: Any, **kwargs: Any) -> Any:
             depth = getattr(self._depth, "n", 0)
             self._depth.n = depth + 1
-            start = time.perf_counter()
+            start = self._clock()
             try:
                 result = method(*args, **kwargs)
                 if name_is_list and depth == 0:
@@ -118,15 +123,18 @@ class SaverTimer:
             finally:
                 self._depth.n = depth
                 if depth == 0:
-                    elapsed = time.perf_counter() - start
+                    elapsed = self._clock() - start
                     with self._lock:
                         self.calls += 1
+                        self.seconds[name] = self.seconds.get(name, 0.0) + elapsed
+                        self.method_calls[name] = self.method_calls.get(name, 0) + 1
                         if threading.get_ident() == self._main:
                             self.own_thread += elapsed
                         else:
                             self.other_threads += elapsed
 
-        name_is_list = method.__name__ == "list"
+        name = method.__name__
+        name_is_list = name == "list"
         return timed
 
     def reset(self) -> None:
@@ -134,6 +142,7 @@ class SaverTimer:
         with self._lock:
             self.own_thread = self.other_threads = self.gc_seconds = 0.0
             self.calls = 0
+            self.seconds, self.method_calls = {}, {}
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ fresh store. Per saver it reports:
   without the threads' contention;
 * **wall a turn**: the same for elapsed time;
 * **in the saver's calls**: the thread CPU of the saver's own methods
-  (:data:`~deltalog.bench.profile.SAVER_METHODS`, outermost calls on any
-  thread, wrapped on the instance), a turn, over all rounds, and per call of
+  (:class:`~deltalog.bench.profile.SaverTimer` with ``time.thread_time``:
+  outermost calls on any thread), a turn, over all rounds, and per call of
   ``put``, ``put_writes``, ``get_tuple`` and ``get_delta_channel_history``.
 
 Sync savers only (``memory``, ``deltalog``, ``sqlite``, ``lmdb``): an async
@@ -28,66 +28,27 @@ Example::
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from deltalog.bench.graphs import MESSAGES, build_graph, human_message, thread_config
 from deltalog.bench.peers import REGISTRY, PeerContext
-from deltalog.bench.profile import SAVER_METHODS
+from deltalog.bench.profile import SaverTimer
 from deltalog.bench.scenarios import ChatScenario, delta
 from langgraph.types import Durability
 
-__all__ = ["CallCpu", "TurnCpu", "main", "measure"]
+__all__ = ["TurnCpu", "main", "measure"]
 
 #: The calls whose CPU a call is reported.
 REPORTED = ("put", "put_writes", "get_tuple", "get_delta_channel_history")
 DURABILITIES = ("async", "sync", "exit")
-
-
-class CallCpu:
-    """Wraps :data:`~deltalog.bench.profile.SAVER_METHODS` on one saver instance and
-    adds up the thread CPU time of each, per method (outermost calls of each thread;
-    a ``list`` is timed while it is consumed)."""
-
-    def __init__(self, saver: Any) -> None:
-        self._lock = threading.Lock()
-        self._depth = threading.local()
-        self.seconds: dict[str, float] = {}
-        self.calls: dict[str, int] = {}
-        for name in SAVER_METHODS:
-            method = getattr(saver, name, None)
-            if callable(method):
-                setattr(saver, name, self._wrap(name, method))
-
-    def _wrap(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(method)
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            depth = getattr(self._depth, "n", 0)
-            self._depth.n = depth + 1
-            start = time.thread_time()
-            try:
-                result = method(*args, **kwargs)
-                if name == "list" and depth == 0:
-                    result = list(result)
-                return result
-            finally:
-                self._depth.n = depth
-                if depth == 0:
-                    used = time.thread_time() - start
-                    with self._lock:
-                        self.seconds[name] = self.seconds.get(name, 0.0) + used
-                        self.calls[name] = self.calls.get(name, 0) + 1
-
-        return timed
 
 
 @dataclass(frozen=True)
@@ -110,22 +71,25 @@ class TurnCpu:
 
 def _round(
     name: str, scenario: ChatScenario, threads: int, durability: str, tmp: Path
-) -> tuple[float, float, CallCpu]:
+) -> tuple[float, float, SaverTimer]:
     with REGISTRY[name].open(PeerContext(workdir=tmp)) as peer:
         graph = build_graph(scenario, peer.saver)
         # A first turn outside the count: imports, caches, the serde's first calls.
         graph.invoke({MESSAGES: [human_message(scenario, 0)]}, thread_config("warm-up"))
-        counter = CallCpu(peer.saver)
-        cpu, wall = time.process_time(), time.perf_counter()
-        for t in range(threads):
-            config = thread_config(f"young-{t}")
-            for turn in range(scenario.turns):
-                graph.invoke(
-                    {MESSAGES: [human_message(scenario, turn)]},
-                    config,
-                    durability=cast(Durability, durability),
-                )
-        return time.process_time() - cpu, time.perf_counter() - wall, counter
+        timer = SaverTimer(peer.saver, clock=time.thread_time)
+        try:
+            cpu, wall = time.process_time(), time.perf_counter()
+            for t in range(threads):
+                config = thread_config(f"young-{t}")
+                for turn in range(scenario.turns):
+                    graph.invoke(
+                        {MESSAGES: [human_message(scenario, turn)]},
+                        config,
+                        durability=cast(Durability, durability),
+                    )
+            return time.process_time() - cpu, time.perf_counter() - wall, timer
+        finally:
+            timer.close()
 
 
 def measure(
@@ -164,13 +128,13 @@ def measure(
         for r in range(rounds):
             k = r % len(order)
             for name in order[k:] + order[:k]:
-                cpu, wall, counter = _round(
+                cpu, wall, timer = _round(
                     name, scenario, threads, durability, Path(tmp) / f"{name}-{r}"
                 )
                 per_turn[name].append((cpu / done, wall / done))
-                for method, used in counter.seconds.items():
+                for method, used in timer.seconds.items():
                     seconds[name][method] = seconds[name].get(method, 0.0) + used
-                    calls[name][method] = calls[name].get(method, 0) + counter.calls[method]
+                    calls[name][method] = calls[name].get(method, 0) + timer.method_calls[method]
     out = []
     for name in savers:
         n = done * rounds

@@ -7,19 +7,26 @@ from pathlib import Path
 
 import pytest
 from deltalog.bench.graphs import thread_config
-from deltalog.bench.turn_cpu import CallCpu, main, measure
+from deltalog.bench.profile import SaverTimer
+from deltalog.bench.turn_cpu import main, measure
 from langgraph.checkpoint.memory import InMemorySaver
 
 
-def test_call_cpu_counts_each_method_once_per_outermost_call() -> None:
+def test_the_timer_adds_up_each_method_on_its_clock() -> None:
+    """SaverTimer (bench.profile) counts each method's outermost calls and their time
+    on the clock it is given (turn_cpu gives it the calling thread's CPU)."""
     saver = InMemorySaver()
-    counter = CallCpu(saver)
+    ticks = iter(range(100))
+    timer = SaverTimer(saver, clock=lambda: float(next(ticks)))
     config = thread_config("t")
     assert saver.get_tuple(config) is None
+    assert saver.get_tuple(config) is None
     assert list(saver.list(config)) == []
-    assert counter.calls == {"get_tuple": 1, "list": 1}
-    assert set(counter.seconds) == {"get_tuple", "list"}
-    assert all(s >= 0 for s in counter.seconds.values())
+    assert timer.method_calls == {"get_tuple": 2, "list": 1}
+    assert timer.seconds == {"get_tuple": 2.0, "list": 1.0}  # one tick a call
+    timer.reset()
+    assert (timer.seconds, timer.method_calls) == ({}, {})
+    timer.close()
 
 
 def test_every_saver_makes_the_chat_graphs_calls_and_its_cpu_adds_up(tmp_path: Path) -> None:
