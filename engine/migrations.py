@@ -65,6 +65,9 @@ step        what changes on disk
             a compact form (:data:`~deltalog.engine.codec.COMPACT`,
             :mod:`deltalog.engine.checkpoint_form`); the records of format 11
             and before still read
+12 → 13     nothing is rewritten: format 13 only adds compact records whose
+            metadata source number is past 3 (the step's turns of the id's
+            14-bit clock sequence); format 12 records still read
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only
