@@ -46,6 +46,15 @@ def test_every_saver_makes_the_chat_graphs_calls_and_its_cpu_adds_up(tmp_path: P
         assert set(r.cpu_us_per_call) >= {"put", "put_writes", "get_tuple"}
 
 
+def test_threads_running_at_once_make_the_same_calls_a_turn(tmp_path: Path) -> None:
+    """``concurrent``: the round's young threads are shared by OS threads running at
+    once; every turn still makes the chat graph's calls, and the rate is reported."""
+    (r,) = measure(("deltalog",), threads=4, turns=2, rounds=1, workdir=tmp_path, concurrent=3)
+    assert (r.concurrent, r.turns) == (3, 8)
+    assert (r.calls_per_turn["put"], r.calls_per_turn["put_writes"]) == (3, 2)
+    assert r.turns_per_s == pytest.approx(1000 / r.wall_ms)
+
+
 def test_the_command_prints_a_table_and_writes_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -64,6 +73,8 @@ def test_the_command_prints_a_table_and_writes_json(
         ({"savers": ("deltalog-async",)}, "deltalog-async"),
         ({"durability": "later"}, "later"),
         ({"threads": 0}, "threads"),
+        ({"concurrent": 0}, "concurrent"),
+        ({"threads": 2, "concurrent": 3}, "concurrent 3"),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_runs(
