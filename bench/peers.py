@@ -24,6 +24,9 @@ postgres        ``PostgresSaver``                     ``sum(pg_total_relation_si
 deltalog-async  ``DeltaLogSaver`` driven through its  as ``deltalog``
                 async methods (not in the default
                 set)
+deltalog-normal ``DeltaLogSaver`` opened with         as ``deltalog``
+                ``durable="normal"`` (one sync a
+                commit; not in the default set)
 =============== ===================================== ==============================================
 
 A peer whose package is missing (``deltalog`` while the engine is being
@@ -249,6 +252,14 @@ def _open_deltalog(ctx: PeerContext) -> Iterator[OpenPeer]:
 
 
 @contextlib.contextmanager
+def _open_deltalog_normal(ctx: PeerContext) -> Iterator[OpenPeer]:
+    saver_cls = _import_deltalog_saver()
+    path = _fresh_dir(ctx, "deltalog-normal") / "store.lmdb"
+    with saver_cls.from_path(path, durable="normal") as saver:
+        yield OpenPeer(saver, _deltalog_bytes(saver, path))
+
+
+@contextlib.contextmanager
 def _open_deltalog_async(ctx: PeerContext) -> Iterator[OpenPeer]:
     saver_cls = _import_deltalog_saver()
     path = _fresh_dir(ctx, "deltalog-async") / "store.lmdb"
@@ -426,6 +437,13 @@ REGISTRY: dict[str, PeerSpec] = {
             "DeltaLogSaver (async)",
             _open_deltalog_async,
             is_async=True,
+            bytes_method=f"saver.store_bytes() when present, else {_FILE_BYTES}",
+            check=_check_deltalog,
+        ),
+        PeerSpec(
+            "deltalog-normal",
+            'DeltaLogSaver (durable="normal")',
+            _open_deltalog_normal,
             bytes_method=f"saver.store_bytes() when present, else {_FILE_BYTES}",
             check=_check_deltalog,
         ),

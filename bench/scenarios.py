@@ -285,8 +285,9 @@ class MultiProcessScenario:
         seconds: Wall-time budget of one round.
         max_turns_per_thread: Upper bound on turns per thread per round.
         repeats: Rounds per saver.
-        savers: The savers measured: those whose store several processes can
-            open at one path (``deltalog``, ``sqlite``, ``lmdb``), and
+        savers: The savers measured (of those a run names): those whose store
+            several processes can open at one path (``deltalog``,
+            ``deltalog-normal``, ``sqlite``, ``lmdb``), and
             ``memory``, an InMemorySaver in each process that stores nothing:
             the rate of LangGraph's own work in as many processes, the ceiling
             of any saver on this machine.
@@ -300,7 +301,7 @@ class MultiProcessScenario:
     seconds: float = 2.0
     max_turns_per_thread: int = 200
     repeats: int = 3
-    savers: tuple[str, ...] = ("deltalog", "sqlite", "memory")
+    savers: tuple[str, ...] = ("deltalog", "deltalog-normal", "sqlite", "memory")
     seed: int = 11
 
     def __post_init__(self) -> None:

@@ -20,7 +20,7 @@ store. Per saver it reports:
   outermost calls on any thread), a turn, over all rounds, and per call of
   ``put``, ``put_writes``, ``get_tuple`` and ``get_delta_channel_history``.
 
-Sync savers only (``memory``, ``deltalog``, ``sqlite``, ``lmdb``): an async
+Sync savers only (``memory``, ``deltalog``, ``deltalog-normal``, ``sqlite``, ``lmdb``): an async
 saver's calls run on its event loop, which this script does not drive.
 Example::
 

@@ -9,7 +9,7 @@ import os
 import shutil
 import struct
 import sys
-from typing import Any, Final
+from typing import Any, Final, Literal, TypeAlias
 
 import lmdb
 from deltalog.engine.errors import (
@@ -233,6 +233,27 @@ def store_folder(path: Any, *, what: str = "store path") -> str:
             "os.listdir() returns it"
         ) from None
     return text
+
+
+#: What a commit waits for before it returns (the ``durable`` option of
+#: :meth:`~deltalog.engine.DeltaLogSaver.from_path`): ``True``, the data pages and
+#: then the meta page on disk (two syncs); ``"normal"``, the data pages on disk
+#: and the meta page written but not synced (LMDB's ``MDB_NOMETASYNC``: the next
+#: commit's sync, a clean close or the OS's write-back makes it durable, and a
+#: machine crash may undo the last commit, never corrupt one); ``False``, no
+#: sync at all (docs/operations.md, "Durability").
+Durable: TypeAlias = bool | Literal["normal"]
+
+
+def check_durable(durable: Any) -> None:
+    """The ``durable`` option, or :class:`InvalidInputError` naming it."""
+    if durable is True or durable is False or (type(durable) is str and durable == "normal"):
+        return
+    raise InvalidInputError(
+        f'durable={durable!r}: need True (sync every commit, the default), "normal" (sync '
+        "the data, not the meta page: a machine crash may undo the last commit) or False "
+        "(no sync)"
+    )
 
 
 def check_sizes(map_size: Any, max_map_size: Any, max_readers: Any) -> None:

@@ -19,7 +19,9 @@ from deltalog.engine import keys
 from deltalog.engine.cache import CachePolicy, EnvelopeCache, NameCache, PayloadCache
 from deltalog.engine.codec import RecordCodec
 from deltalog.engine.env_files import (
+    Durable,
     check_data_file,
+    check_durable,
     check_sizes,
     lock_held,
     readonly_lock,
@@ -163,7 +165,7 @@ class EnvironmentBase:
         *,
         map_size: int = 64 * 1024**2,
         max_map_size: int = 1024**4,
-        durable: bool = True,
+        durable: Durable = True,
         codec: RecordCodec | None = None,
         group_commit: bool = True,
         readonly: bool = False,
@@ -173,6 +175,7 @@ class EnvironmentBase:
         caches: CachePolicy | None = None,
     ) -> None:
         check_sizes(map_size, max_map_size, max_readers)
+        check_durable(durable)
         self.path = store_folder(path)
         self.map_size = map_size
         self.max_map_size = max_map_size
@@ -276,8 +279,8 @@ class EnvironmentBase:
                 map_size=size,
                 max_dbs=len(DB_NAMES) + len(MEMORY_DB_NAMES) + 1,
                 max_readers=self.max_readers,
-                sync=self.durable,
-                metasync=self.durable,
+                sync=self.durable is not False,
+                metasync=self.durable is True,
                 readonly=readonly,
                 readahead=False,
                 mode=0o600,

@@ -63,6 +63,7 @@ from langgraph.store.base import (
 )
 
 if TYPE_CHECKING:
+    from deltalog.engine.env_files import Durable
     from deltalog.engine.reports import VerifyReport
 
 __all__ = ["DeltaLogStore", "Stopped", "SweepCount", "SweeperFuture", "verify_memory"]
@@ -176,7 +177,7 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
         clock: Callable[[], float] | None = None,
-        durable: bool = True,
+        durable: Durable = True,
         map_size: int = 64 * 1024**2,
         max_map_size: int = 1024**4,
         compress_threshold: int | None = 512,
@@ -193,7 +194,8 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
             index: Semantic search configuration (see the class).
             ttl: TTL configuration (see the class).
             clock: Seconds since the epoch, for tests.
-            durable: fsync every commit (default).
+            durable: fsync every commit (default); ``"normal"`` or False as for
+                ``DeltaLogSaver.from_path``.
             map_size: Initial LMDB map size; grows automatically.
             max_map_size: Cap of automatic growth.
             compress_threshold: Records at least this large are zstd-compressed.

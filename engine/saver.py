@@ -62,7 +62,7 @@ from deltalog.engine.config import (
     thread_id_of,
 )
 from deltalog.engine.env import Environment
-from deltalog.engine.env_files import store_folder
+from deltalog.engine.env_files import Durable, store_folder
 from deltalog.engine.export import header
 from deltalog.engine.import_check import check_import
 from deltalog.engine.maintenance import Maintenance
@@ -189,7 +189,7 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
         path: str | os.PathLike[str],
         *,
         serde: SerializerProtocol | None = None,
-        durable: bool = True,
+        durable: Durable = True,
         map_size: int = 64 * 1024**2,
         max_map_size: int = 1024**4,
         compress_threshold: int | None = 512,
@@ -205,8 +205,12 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
                 store (like SQLite's in-memory database: private to this saver)
                 whose folder is deleted when the saver closes.
             serde: Serializer; LangGraph's default when None.
-            durable: fsync every commit (default). ``False`` trades the last
-                commits before a machine crash for speed (see docs/operations.md).
+            durable: fsync every commit (default). ``"normal"`` syncs a commit's
+                data but not the page that points to it (one sync instead of
+                two, like SQLite's ``synchronous=NORMAL``): a machine crash may
+                undo the last commit, and never corrupts the store. ``False``
+                syncs nothing and trades the last commits before a machine
+                crash for speed (see docs/operations.md).
             map_size: Initial LMDB map size; grows automatically.
             max_map_size: Cap of automatic growth.
             compress_threshold: Records at least this large are zstd-compressed;

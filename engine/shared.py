@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from deltalog.engine.codec import RecordCodec
 from deltalog.engine.config import MEMORY
 from deltalog.engine.env import Environment
+from deltalog.engine.env_files import check_durable
 from deltalog.engine.errors import InvalidInputError
 
 __all__ = ["ClosingContext", "open_path", "open_shared", "release_shared"]
@@ -78,6 +79,7 @@ os.register_at_fork(after_in_child=_new_shared_lock_in_child)
 
 
 def open_shared(path: str | os.PathLike[str], options: dict[str, Any]) -> Environment:
+    check_durable(options["durable"])  # before "already open with other options"
     real = os.path.realpath(os.fspath(path))
     with _SHARED_LOCK:
         entry = _SHARED.get(real)

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python tests/crash_writer.py PATH LOGFILE [--threads N] [--relaxed] [--sf K] [--wait] [--async]
+    python tests/crash_writer.py PATH LOGFILE [--threads N] [--durable true|normal|false] [--sf K] [--wait] [--async]
 
 It opens the store at PATH, then runs ``tests.graphs.chat_graph`` (``messages``
 is a ``DeltaChannel``) turn after turn on N LangGraph threads at once (one
@@ -41,12 +41,16 @@ if __package__ in (None, ""):  # run as a script: make `tests.graphs` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from deltalog.engine import DeltaLogSaver
+from deltalog.engine.env_files import Durable
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.types import StateSnapshot
 
 from tests.graphs import cfg, chat_graph
+
+#: ``--durable`` words and the saver's settings they stand for.
+DURABLE: dict[str, Durable] = {"true": True, "normal": "normal", "false": False}
 
 
 class Log:
@@ -167,7 +171,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("path")
     parser.add_argument("logfile")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--relaxed", action="store_true", help="open with durable=False")
+    parser.add_argument(
+        "--durable",
+        choices=sorted(DURABLE),
+        default="true",
+        help='the saver\'s durable setting (True, "normal" or False)',
+    )
     parser.add_argument("--sf", type=int, default=3, help="DeltaChannel snapshot_frequency")
     parser.add_argument(
         "--wait", action="store_true", help="read a line from stdin before opening the store"
@@ -179,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.wait:  # imports are done: the test checks the previous kill meanwhile
         sys.stdin.readline()
     log = Log(args.logfile)
-    saver = LoggingSaver.from_path(args.path, durable=not args.relaxed)
+    saver = LoggingSaver.from_path(args.path, durable=DURABLE[args.durable])
     if not isinstance(saver, LoggingSaver):  # from_path is typed as returning the base class
         raise TypeError(f"from_path returned {type(saver).__name__}")
     saver.log = log

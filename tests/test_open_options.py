@@ -30,6 +30,9 @@ BAD_OPTIONS: dict[str, tuple[dict[str, Any], str]] = {
     "cache_bytes='big'": ({"cache_bytes": "big"}, "cache_bytes='big'"),
     "max_readers=0": ({"max_readers": 0}, "max_readers=0"),
     "max_readers='many'": ({"max_readers": "many"}, "max_readers='many'"),
+    "durable='Normal'": ({"durable": "Normal"}, "durable='Normal'"),
+    "durable=1": ({"durable": 1}, "durable=1"),
+    "durable=None": ({"durable": None}, "durable=None"),
 }
 
 
