@@ -19,7 +19,10 @@ share one open store (one LMDB environment per path and process).
 The store folder is ``$DELTALOG_PATH``, or ``deltalog.lmdb`` in the server's
 working directory (the folder of ``langgraph.json`` under ``langgraph dev``).
 ``~`` is expanded. Inspect it with the CLI while the server runs, e.g.
-``deltalog threads deltalog.lmdb``.
+``deltalog threads deltalog.lmdb``. ``$DELTALOG_DURABLE`` sets the store's
+``durable`` option: ``true`` (the default: every commit synced), ``normal``
+(one sync a commit: a machine crash may undo the last one) or ``false``
+(docs/operations.md, "Durability").
 
 Graphs served this way are compiled without a checkpointer: the server
 passes this one to every run.
@@ -34,17 +37,31 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
 
+from deltalog.engine.errors import InvalidInputError
 from deltalog.engine.saver import DeltaLogSaver
 
 if TYPE_CHECKING:
+    from deltalog.engine.env_files import Durable
     from deltalog.engine.memory import DeltaLogStore
 
-__all__ = ["DEFAULT_PATH", "ENV_PATH", "checkpointer", "store", "store_path"]
+__all__ = [
+    "DEFAULT_PATH",
+    "ENV_DURABLE",
+    "ENV_PATH",
+    "checkpointer",
+    "durable_setting",
+    "store",
+    "store_path",
+]
 
 ENV_PATH: Final = "DELTALOG_PATH"
 """The environment variable naming the store folder."""
 DEFAULT_PATH: Final = "deltalog.lmdb"
 """The store folder when :data:`ENV_PATH` is unset or empty (relative to the working directory)."""
+
+ENV_DURABLE: Final = "DELTALOG_DURABLE"
+"""The environment variable naming the ``durable`` setting (``true``, ``normal``, ``false``)."""
+_DURABLE_WORDS: Final[dict[str, Durable]] = {"true": True, "normal": "normal", "false": False}
 
 logger = logging.getLogger(__name__)
 
@@ -54,16 +71,37 @@ def store_path() -> str:
     return os.path.abspath(os.path.expanduser(os.environ.get(ENV_PATH) or DEFAULT_PATH))
 
 
+def durable_setting() -> Durable:
+    """The ``durable`` option the hooks open with: ``$DELTALOG_DURABLE`` (``true``,
+    ``normal`` or ``false``, any case; unset or empty: ``true``).
+
+    Raises:
+        InvalidInputError: Any other value, naming it and the three words.
+    """
+    raw = os.environ.get(ENV_DURABLE, "")
+    word = raw.strip().lower() or "true"
+    if word not in _DURABLE_WORDS:
+        raise InvalidInputError(
+            f"{ENV_DURABLE}={raw!r}: need true (sync every commit, the default), normal "
+            "(one sync a commit: a machine crash may undo the last one) or false (no sync)"
+        )
+    return _DURABLE_WORDS[word]
+
+
 @asynccontextmanager
 async def checkpointer() -> AsyncIterator[DeltaLogSaver]:
     """A :class:`~deltalog.engine.DeltaLogSaver` on :func:`store_path`, for ``langgraph.json``.
 
     Yields:
-        An open saver (durable, group commit on), closed when the server stops.
+        An open saver (group commit on, ``durable`` from :func:`durable_setting`),
+        closed when the server stops.
     """
     path = store_path()
-    logger.info("deltalog checkpointer at %s (set %s to move it)", path, ENV_PATH)
-    async with DeltaLogSaver.from_conn_string(path) as saver:
+    durable = durable_setting()
+    logger.info(
+        "deltalog checkpointer at %s (set %s to move it), durable=%r", path, ENV_PATH, durable
+    )
+    async with DeltaLogSaver.from_conn_string(path, durable=durable) as saver:
         yield saver
 
 
@@ -80,9 +118,10 @@ async def store() -> AsyncIterator[DeltaLogStore]:
     from deltalog.engine.memory import DeltaLogStore
 
     path = store_path()
+    durable = durable_setting()
     logger.info("deltalog memory store at %s (set %s to move it)", path, ENV_PATH)
     # Opening touches the disk: off the event loop, as the checkpointer does.
-    opened = await asyncio.to_thread(DeltaLogStore.from_path, path)
+    opened = await asyncio.to_thread(DeltaLogStore.from_path, path, durable=durable)
     try:
         yield opened
     finally:

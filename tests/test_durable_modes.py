@@ -9,9 +9,11 @@ what hands it over. A killed process loses nothing in any setting
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
+import deltalog.langgraph as hooks
 import pytest
 from deltalog.engine import DeltaLogSaver, InvalidInputError
 from deltalog.engine.env_files import Durable
@@ -78,3 +80,37 @@ def test_bad_setting_is_named_even_when_the_path_is_open(tmp_path: Path) -> None
             DeltaLogSaver.from_path(path, durable="normal")
         with DeltaLogSaver.from_path(path, durable=True) as again:
             assert _flags(again.env) == (True, True)
+
+
+@pytest.mark.parametrize(
+    ("word", "durable"),
+    [("", True), ("true", True), ("Normal", "normal"), (" false ", False)],
+)
+def test_server_hooks_take_the_setting_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, word: str, durable: Durable
+) -> None:
+    """``$DELTALOG_DURABLE`` picks the setting of both ``langgraph.json`` hooks (one
+    environment: the same word opens both); unset or empty is the default."""
+    monkeypatch.setenv(hooks.ENV_PATH, str(tmp_path / "server.lmdb"))
+    monkeypatch.setenv(hooks.ENV_DURABLE, word)
+
+    async def open_both() -> tuple[tuple[bool, bool], tuple[bool, bool]]:
+        async with hooks.checkpointer() as saver, hooks.store() as store:
+            return _flags(saver.env), _flags(store.env)
+
+    assert asyncio.run(open_both()) == (FLAGS[durable], FLAGS[durable])
+
+
+def test_server_hooks_refuse_an_unknown_word(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(hooks.ENV_PATH, str(tmp_path / "server.lmdb"))
+    monkeypatch.setenv(hooks.ENV_DURABLE, "yes")
+
+    async def open_saver() -> None:
+        async with hooks.checkpointer():
+            pass
+
+    with pytest.raises(InvalidInputError, match="DELTALOG_DURABLE='yes': need true"):
+        asyncio.run(open_saver())
+    assert list(tmp_path.iterdir()) == []
