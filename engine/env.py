@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final, TypeVar
 
 import lmdb
+from deltalog.engine import keys
 from deltalog.engine.codec import EARLY_DICT, FINAL_DICT, encode_dictionary
 from deltalog.engine.env_files import (
     PARTIAL_SUFFIX,
@@ -34,6 +35,7 @@ from deltalog.engine.errors import (
     StoreFullError,
 )
 from deltalog.engine.group_commit import WAKE_AFTER, Request
+from deltalog.engine.memo import CLOG_KEEP, Report, pack_report, unpack_report
 from deltalog.engine.read_txn import ReadTxn
 from deltalog.engine.table_check import verify_tables
 from deltalog.engine.txn_base import (
@@ -264,12 +266,20 @@ class Environment(EnvironmentBase):
     def _run_batch(
         self, batch: list[Request[Any]], before_commit: Callable[[], None] | None = None
     ) -> None:
+        try:
+            self._run_ops(batch, before_commit)
+        finally:
+            # No write of this process is open any more: a commit with the id it
+            # had is another process's (HistoryMemo.own_open).
+            self.memo.own_open = 0
+
+    def _run_ops(self, batch: list[Request[Any]], before_commit: Callable[[], None] | None) -> None:
         pending = batch
         while True:
             names: dict[tuple[bytes, str], int] = {}
             txn = self._begin(write=True)
             txn_id: int = txn.id()
-            self.memo.begin_write(txn_id)
+            self.learn_commits(txn, txn_id - 1, writing=True)
             wtxns: list[WriteTxn] = []
             try:
                 self._hand_dictionaries(txn)
@@ -327,6 +337,8 @@ class Environment(EnvironmentBase):
                     self.memo.before_commit(
                         txn_id, groups=groups, everything=everything, new_blobs=new_blobs
                     )
+                if self.memo.clog:
+                    self._report(txn, txn_id, pack_report(everything, groups, new_blobs))
                 if before_commit is not None:
                     before_commit()
                     before_commit = None
@@ -394,6 +406,71 @@ class Environment(EnvironmentBase):
         for dict_id, dictionary in found:
             self.codec.install(dict_id, dictionary, activate=dict_id == found[-1][0])
 
+    def learn_commits(self, txn: Any, through: int, *, writing: bool = False) -> None:
+        """Make every commit up to ``through`` known to the history memo, reading
+        ``txn`` (a snapshot that holds them; see :mod:`deltalog.engine.memo`).
+
+        ``writing``: ``txn`` is this process's write transaction, whose id is
+        ``through + 1``. Each commit another process made is learnt from its report (``meta``
+        ``clog:`` · txn id) when the store keeps reports, else counted as a
+        change of everything. Once this process found such a commit (by a read
+        or a write), its next write marks the store (``clog_on``) and from then
+        on reports its own commits; a reader only looks whether the mark is set.
+        """
+        memo = self.memo
+        if writing:
+            memo.own_open = through + 1
+        first = memo.known + 1
+        meta = self._dbs.meta
+        if memo.clog is not True:
+            if first <= through and not first == through == memo.own_open:
+                memo.foreign = True
+            if memo.clog is None or memo.foreign:
+                # Not looked yet, or another process writes here (maybe found by a
+                # read): look for the mark, or set it with this process's next write.
+                if txn.get(keys.CLOG_ON, db=meta) is not None:
+                    memo.clog = True
+                elif writing and memo.foreign:
+                    txn.put(keys.CLOG_ON, b"", db=meta)
+                    memo.clog = True
+                else:
+                    memo.clog = False
+        if first > through:
+            return
+        # Reports older than the kept ones are gone: those commits count as
+        # changes of everything without reading for them.
+        start = max(first, through - CLOG_KEEP + 1)
+        reports: list[Report | None] = [None] * (through - start + 1)
+        if memo.clog:
+            cur = txn.cursor(db=meta)
+            ok = cur.set_range(keys.clog_key(start))
+            while ok:
+                key = cur.key()
+                if not key.startswith(keys.CLOG):
+                    break
+                txn_id = keys.clog_txn(key)
+                if txn_id > through:
+                    break
+                reports[txn_id - start] = unpack_report(cur.value())
+                ok = cur.next()
+        if start > first:
+            memo.learn_unknown(start - 1)
+        memo.learn(start, reports)
+
+    def _report(self, txn: Any, txn_id: int, report: bytes) -> None:
+        """Store commit ``txn_id``'s history report for other processes, and drop
+        reports older than the :data:`~deltalog.engine.memo.CLOG_KEEP` newest."""
+        meta = self._dbs.meta
+        txn.put(keys.clog_key(txn_id), report, db=meta)
+        cur = txn.cursor(db=meta)
+        ok = cur.set_range(keys.CLOG)
+        while (
+            ok
+            and cur.key().startswith(keys.CLOG)
+            and keys.clog_txn(cur.key()) <= (txn_id - CLOG_KEEP)
+        ):
+            ok = cur.delete()
+
     def _train_dictionary(self) -> None:
         """Train a record dictionary from this process's samples and store it.
 
@@ -407,36 +484,41 @@ class Environment(EnvironmentBase):
         except Exception as exc:  # too few distinct samples; sampling starts over
             logger.info("record dictionary training skipped: %s", exc)
             return
-        for _ in range(2):
-            txn = self._begin(write=True)
-            txn_id: int = txn.id()
-            self.memo.begin_write(txn_id)
-            try:
-                existing = dict(ReadTxn(self, txn).dictionaries())
-                adopt = FINAL_DICT if FINAL_DICT in existing else stage
-                if adopt in existing:
-                    dict_id, dictionary = adopt, existing[adopt]
-                else:
-                    dict_id, dictionary = stage, trained
-                    key = f"dict:{stage}".encode("ascii")
-                    txn.put(key, encode_dictionary(key, trained), db=self._dbs.meta)
-                txn.commit()
-                self.memo.committed(txn_id)
-            except lmdb.MapFullError:
-                txn.abort()
-                if not self._grow():
+        try:
+            for _ in range(2):
+                txn = self._begin(write=True)
+                txn_id: int = txn.id()
+                self.learn_commits(txn, txn_id - 1, writing=True)
+                try:
+                    existing = dict(ReadTxn(self, txn).dictionaries())
+                    adopt = FINAL_DICT if FINAL_DICT in existing else stage
+                    if adopt in existing:
+                        dict_id, dictionary = adopt, existing[adopt]
+                    else:
+                        dict_id, dictionary = stage, trained
+                        key = f"dict:{stage}".encode("ascii")
+                        txn.put(key, encode_dictionary(key, trained), db=self._dbs.meta)
+                    if self.memo.clog:  # a dictionary changes no history
+                        self._report(txn, txn_id, pack_report(False, (), ()))
+                    txn.commit()
+                    self.memo.committed(txn_id)
+                except lmdb.MapFullError:
+                    txn.abort()
+                    if not self._grow():
+                        return
+                    continue
+                except lmdb.Error as exc:
+                    txn.abort()
+                    logger.warning("could not store the record dictionary: %s", exc)
                     return
-                continue
-            except lmdb.Error as exc:
-                txn.abort()
-                logger.warning("could not store the record dictionary: %s", exc)
+                # Every dictionary a record of this snapshot can name: records of the
+                # early one stay readable once the final one is known.
+                for other, stored in existing.items():
+                    self.codec.install(other, stored)
+                self.codec.install(dict_id, dictionary, activate=True)
                 return
-            # Every dictionary a record of this snapshot can name: records of the
-            # early one stay readable once the final one is known.
-            for other, stored in existing.items():
-                self.codec.install(other, stored)
-            self.codec.install(dict_id, dictionary, activate=True)
-            return
+        finally:
+            self.memo.own_open = 0  # see _run_batch
 
     def _grow(self) -> bool:
         current = self.env.info()["map_size"]

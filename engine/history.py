@@ -89,6 +89,9 @@ class HistoryReads(BlobReads):
             raise self._damaged(t, n, checkpoint_id, exc) from exc
         memo = self.env.memo
         snapshot = self.txn.id() if use_memo and self.memo_reads else -1
+        if snapshot > memo.known and memo.enabled:
+            # Another process committed since this one last wrote or read.
+            self.env.learn_commits(self.txn, snapshot)
         usable = snapshot >= 0 and memo.usable(snapshot)
         epoch = memo.epoch
         ids = {c: self.name_id(keys.KIND_CHANNEL, c) for c in channels}

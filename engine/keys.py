@@ -7,6 +7,8 @@ database      key (byte encoding, in order)                               value
 ============  ==========================================================  ==========================
 meta          ASCII name (``format_version``, ``name_seq``, ``dict:N``)   msgpack int / bytes
               ``wdep`` · thread(uid) · ns(uid) · channel(uid)             checkpoint_id(id), raw
+              ``clog:`` · txn id (u64 BE); ``clog_on``                    a commit's history report
+                                                                          (msgpack); empty
 names         kind(1) · name-key                                          name id (u64 BE) · crc32
 names_rev     kind(1) · name id (u64 BE, fixed)                           UTF-8 name · crc32
 checkpoints   thread(uid) · ns(uid) · checkpoint_id(id)                   checkpoint record
@@ -115,6 +117,8 @@ from ulid import ULID
 
 __all__ = [
     "BLOB_KEYS_FORMAT",
+    "CLOG",
+    "CLOG_ON",
     "FORMAT_VERSION",
     "FWD",
     "KEYED_FORMAT",
@@ -133,6 +137,8 @@ __all__ = [
     "channel_prefix",
     "checkpoint_id_bytes",
     "checkpoint_key",
+    "clog_key",
+    "clog_txn",
     "decode_blob_key",
     "decode_checkpoint_key",
     "decode_id",
@@ -208,6 +214,11 @@ BLOB_KEYS_FORMAT: Final = 10
 WDEP: Final = b"wdep"
 #: ``meta`` key prefix of the forward-link marks (``fwd_key``).
 FWD: Final = b"fwd"
+#: ``meta`` key prefix of the commit reports that let other processes keep their
+#: history memo (``clog_key``; :mod:`deltalog.engine.memo`), and the mark that
+#: writers report: set by the first writer that finds another process's commit.
+CLOG: Final = b"clog:"
+CLOG_ON: Final = b"clog_on"
 MAX_KEY: Final = 511
 # Names longer than this are hashed in the `names` key; 400 leaves room for the kind byte.
 _INLINE_NAME: Final = 400
@@ -728,6 +739,16 @@ def fwd_key(thread: int, ns: int) -> bytes:
     least its own (a parent put later, or a fork back): only then can an ordinary put
     close a parent cycle (see ``CheckpointWrites._refuse_cycle``)."""
     return FWD + ns_prefix(thread, ns)
+
+
+def clog_key(txn_id: int) -> bytes:
+    """``meta`` key of the history report of commit ``txn_id`` (ordered by id)."""
+    return CLOG + u64(txn_id)
+
+
+def clog_txn(key: bytes) -> int:
+    """The commit id of a :func:`clog_key`."""
+    return int(_U64.unpack_from(key, len(CLOG))[0])
 
 
 def wdep_key(thread: int, ns: int, channel: int) -> bytes:

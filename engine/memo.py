@@ -26,24 +26,41 @@ The rules (see docs/design.md, "The history memo"):
 * An entry built from the snapshot with txn id ``B`` is used by a reader of
   snapshot ``R`` only if ``B <= R``, no reported change has an id above
   ``B``, and every commit up to ``R`` is known: ``R`` is at most this
-  process's last confirmed commit. Another process's commit is found out at
-  this process's next write (its txn id is not the last own id plus one) and
-  counts as a change of everything; until then readers that see it bypass the
-  memo.
+  process's last *known* commit: its own confirmed commits, and other
+  processes' commits it has learnt (:meth:`HistoryMemo.learn`).
+* Another process's commit is found out at this process's next write (its
+  txn id is not the last known id plus one), or by a reader whose snapshot
+  is past the last known id. Once a store has seen two writing processes
+  (the ``clog_on`` mark), every writer also stores its report in the commit
+  itself (``meta`` ``clog:`` · txn id, :func:`pack_report`), and the others
+  learn a commit from its report exactly as from their own. A commit without
+  a report (before the mark, an older deltalog, a report already trimmed,
+  a raw LMDB write) counts as a change of everything; until a commit is
+  known, readers that see it bypass the memo.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
 
+import ormsgpack
 from deltalog.engine.cache import GrowingBudget
 from deltalog.engine.errors import OptionError
 from deltalog.engine.store_rows import HistoryEntry, StoredValue, WriteRow
 
-__all__ = ["HistoryMemo"]
+__all__ = ["CLOG_KEEP", "HistoryMemo", "Report", "pack_report", "unpack_report"]
+
+#: What a commit may change: (everything, groups, new blobs), the arguments of
+#: :meth:`HistoryMemo.before_commit`.
+Report = tuple[bool, tuple[tuple[int, int], ...], tuple[tuple[int, int, bytes], ...]]
+#: Commit reports a store keeps for other processes (older ones are deleted by
+#: the writers; a process further behind counts the commits it missed as
+#: changes of everything).
+CLOG_KEEP: Final = 1024
 
 # Own commits whose new blob keys are remembered for readers that build an
 # entry from an older snapshot (see HistoryMemo.put).
@@ -83,7 +100,15 @@ class HistoryMemo:
         self._changed: dict[tuple[int, int], int] = {}
         self._changed_all = 0
         self._own_last = 0
-        self._foreign = 0
+        #: Writers store their reports for other processes (see the module docstring);
+        #: None until this process looked for the store's ``clog_on`` mark.
+        self.clog: bool | None = None
+        #: Another process's commit was found (the next write sets ``clog_on``).
+        self.foreign = False
+        #: Txn id of this process's write transaction in progress (or last begun):
+        #: a reader may see it committed before :meth:`committed` runs, and its
+        #: report, if it changes anything, was made by :meth:`before_commit`.
+        self.own_open = 0
         self._absent: set[bytes] = set()
         self._blob_log: deque[tuple[int, frozenset[bytes]]] = deque()
         self._log_floor = 0
@@ -112,10 +137,12 @@ class HistoryMemo:
             self._entries.clear()
             self.size = 0
             self._changed.clear()
-            self._changed_all = self._own_last = self._foreign = txn_id
+            self._changed_all = self._own_last = txn_id
             self._absent.clear()
             self._blob_log.clear()
             self._log_floor = txn_id + 1
+            self.clog = None
+            self.foreign = False
 
     # -- readers ----------------------------------------------------------------------
 
@@ -129,9 +156,14 @@ class HistoryMemo:
         """
         return self.max_entries > 0 and snapshot <= self._own_last
 
+    @property
+    def known(self) -> int:
+        """Txn id up to which every commit is known (own, or learnt from another process)."""
+        return self._own_last
+
     def floor(self, t: int, n: int) -> int:
         """Txn id of the newest commit that may have changed a history of (t, n)."""
-        return max(self._changed_all, self._foreign, self._changed.get((t, n), 0))
+        return max(self._changed_all, self._changed.get((t, n), 0))
 
     def get(
         self, t: int, n: int, key: bytes, channel: str, snapshot: int, epoch: int
@@ -226,14 +258,37 @@ class HistoryMemo:
 
     # -- writers (all under the store's writer lock) -----------------------------------------
 
-    def begin_write(self, txn_id: int) -> None:
-        """A write transaction of this process began with ``txn_id``.
+    def learn(self, first: int, reports: Sequence[Report | None]) -> None:
+        """Other processes' commits ``first``, ``first + 1``, … as this process's own.
 
-        If the commit before it is not this process's last one, another
-        process committed in between: every entry built before is suspect.
+        ``reports[i]`` is the report of commit ``first + i`` (read from the
+        store in a snapshot that holds it), or None when it has none: that
+        commit then counts as a change of everything. Commits already known
+        are skipped; the first one not known must come right after the last
+        known one.
         """
-        if txn_id - 1 != self._own_last:
-            self._foreign = max(self._foreign, txn_id - 1)
+        with self._lock:
+            for i, report in enumerate(reports):
+                txn_id = first + i
+                if txn_id <= self._own_last:
+                    continue
+                if txn_id != self._own_last + 1:
+                    raise ValueError(f"commit {txn_id} learnt after {self._own_last}")
+                if txn_id == self.own_open:
+                    pass  # this process's own: reported before it committed
+                elif report is None:
+                    self._changed_all = max(self._changed_all, txn_id)
+                else:
+                    self._record(txn_id, *report)
+                self._own_last = txn_id
+
+    def learn_unknown(self, through: int) -> None:
+        """Every commit up to ``through`` not known yet counts as a change of everything
+        (:meth:`learn` with no reports, in one step)."""
+        with self._lock:
+            if through > self._own_last:
+                self._changed_all = max(self._changed_all, through)
+                self._own_last = through
 
     def before_commit(
         self,
@@ -253,23 +308,77 @@ class HistoryMemo:
                 not exist before.
         """
         with self._lock:
-            touched = set(groups)
-            stored: set[bytes] = set()
-            for t, n, key in new_blobs:
-                stored.add(key)
-                if key in self._absent:
-                    touched.add((t, n))
-            for group in touched:
-                self._changed[group] = txn_id
-            if everything or len(self._changed) > _MAX_GROUPS:
-                self._changed_all = txn_id
-                if len(self._changed) > _MAX_GROUPS:
-                    self._changed.clear()
-            self._blob_log.append((txn_id, frozenset(stored)))
-            while len(self._blob_log) > _BLOB_LOG:
-                dropped, _ = self._blob_log.popleft()
-                self._log_floor = dropped + 1
+            self._record(txn_id, everything, groups, new_blobs)
+
+    def _record(
+        self,
+        txn_id: int,
+        everything: bool,
+        groups: Iterable[tuple[int, int]],
+        new_blobs: Iterable[tuple[int, int, bytes]],
+    ) -> None:
+        """:meth:`before_commit` under the lock (also for a learnt report)."""
+        touched = set(groups)
+        stored: set[bytes] = set()
+        for t, n, key in new_blobs:
+            stored.add(key)
+            if key in self._absent:
+                touched.add((t, n))
+        for group in touched:
+            self._changed[group] = max(self._changed.get(group, 0), txn_id)
+        if everything or len(self._changed) > _MAX_GROUPS:
+            self._changed_all = max(self._changed_all, txn_id)
+            if len(self._changed) > _MAX_GROUPS:
+                self._changed.clear()
+        # In commit order: a report learnt by a reader may come after an own
+        # commit's with a greater id (HistoryMemo.put reads the newest first).
+        entry = (txn_id, frozenset(stored))
+        if not self._blob_log or self._blob_log[-1][0] <= txn_id:
+            self._blob_log.append(entry)
+        else:
+            bisect.insort(self._blob_log, entry, key=_txn_of)
+        while len(self._blob_log) > _BLOB_LOG:
+            dropped, _ = self._blob_log.popleft()
+            self._log_floor = dropped + 1
 
     def committed(self, txn_id: int) -> None:
-        """Commit ``txn_id`` of this process succeeded."""
-        self._own_last = txn_id
+        """Commit ``txn_id`` of this process succeeded (every commit before it is
+        known: the write learnt them when it began, see :meth:`learn`)."""
+        with self._lock:
+            self._own_last = max(self._own_last, txn_id)
+
+
+def _txn_of(entry: tuple[int, frozenset[bytes]]) -> int:
+    return entry[0]
+
+
+def pack_report(
+    everything: bool,
+    groups: Iterable[tuple[int, int]],
+    new_blobs: Iterable[tuple[int, int, bytes]],
+) -> bytes:
+    """A commit's report as stored for other processes (``meta`` ``clog:`` · txn id)."""
+    return ormsgpack.packb(
+        [everything, [list(g) for g in groups], [[t, n, key] for t, n, key in new_blobs]]
+    )
+
+
+def unpack_report(raw: bytes) -> Report | None:
+    """:func:`pack_report`'s report, or None when ``raw`` is not one (the commit then
+    counts as a change of everything, as one without a report)."""
+    try:
+        everything, groups, blobs = ormsgpack.unpackb(raw)
+        report: Report = (
+            _is(everything, bool),
+            tuple((_is(t, int), _is(n, int)) for t, n in groups),
+            tuple((_is(t, int), _is(n, int), _is(key, bytes)) for t, n, key in blobs),
+        )
+    except (ValueError, TypeError, ormsgpack.MsgpackDecodeError):
+        return None
+    return report
+
+
+def _is(value: Any, kind: type[Any]) -> Any:
+    if type(value) is not kind:
+        raise TypeError(f"{value!r} is not {kind.__name__}")
+    return value
