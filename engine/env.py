@@ -421,9 +421,13 @@ class Environment(EnvironmentBase):
         if writing:
             memo.own_open = through + 1
         first = memo.known + 1
+        if first == through == memo.own_open:
+            # Only this process's write, committed a moment ago: it will be
+            # known when its writer records it; until then this read bypasses.
+            return
         meta = self._dbs.meta
         if memo.clog is not True:
-            if first <= through and not first == through == memo.own_open:
+            if first <= through:
                 memo.foreign = True
             if memo.clog is None or memo.foreign:
                 # Not looked yet, or another process writes here (maybe found by a

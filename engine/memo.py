@@ -105,9 +105,10 @@ class HistoryMemo:
         self.clog: bool | None = None
         #: Another process's commit was found (the next write sets ``clog_on``).
         self.foreign = False
-        #: Txn id of this process's write transaction in progress (or last begun):
-        #: a reader may see it committed before :meth:`committed` runs, and its
-        #: report, if it changes anything, was made by :meth:`before_commit`.
+        #: Txn id of this process's write transaction in progress, 0 when none: a
+        #: reader may see it committed before :meth:`committed` runs. Only a
+        #: hint (for not taking it for another process's commit); a commit is
+        #: never learnt as known because of it.
         self.own_open = 0
         self._absent: set[bytes] = set()
         self._blob_log: deque[tuple[int, frozenset[bytes]]] = deque()
@@ -274,9 +275,7 @@ class HistoryMemo:
                     continue
                 if txn_id != self._own_last + 1:
                     raise ValueError(f"commit {txn_id} learnt after {self._own_last}")
-                if txn_id == self.own_open:
-                    pass  # this process's own: reported before it committed
-                elif report is None:
+                if report is None:
                     self._changed_all = max(self._changed_all, txn_id)
                 else:
                     self._record(txn_id, *report)
