@@ -433,12 +433,12 @@ class Environment(EnvironmentBase):
                 # Not looked yet, or another process writes here (maybe found by a
                 # read): look for the mark, or set it with this process's next write.
                 if txn.get(keys.CLOG_ON, db=meta) is not None:
-                    memo.clog = True
+                    memo.found_clog(True)
                 elif writing and memo.foreign:
                     txn.put(keys.CLOG_ON, b"", db=meta)
-                    memo.clog = True
+                    memo.found_clog(True)
                 else:
-                    memo.clog = False
+                    memo.found_clog(False)
         if first > through:
             return
         # Reports older than the kept ones are gone: those commits count as

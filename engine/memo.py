@@ -281,6 +281,15 @@ class HistoryMemo:
                     self._record(txn_id, *report)
                 self._own_last = txn_id
 
+    def found_clog(self, on: bool) -> None:
+        """Whether the store has its ``clog_on`` mark, as one snapshot showed it: a
+        reader of an older snapshot never turns :attr:`clog` off once it is on."""
+        with self._lock:
+            if on:
+                self.clog = True
+            elif self.clog is None:
+                self.clog = False
+
     def learn_unknown(self, through: int) -> None:
         """Every commit up to ``through`` not known yet counts as a change of everything
         (:meth:`learn` with no reports, in one step)."""

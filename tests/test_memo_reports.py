@@ -22,7 +22,7 @@ from typing import Any
 import lmdb
 import pytest
 from deltalog.engine import DeltaLogSaver, keys
-from deltalog.engine.memo import CLOG_KEEP, pack_report, unpack_report
+from deltalog.engine.memo import CLOG_KEEP, HistoryMemo, pack_report, unpack_report
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
@@ -290,3 +290,31 @@ def test_one_process_with_many_threads_never_marks_the_store(tmp_path: Path) -> 
         assert saver.env.memo.hits > 0
         for k in range(6):
             assert_all_same(saver, f"t{k}", seed=k)
+
+
+def test_an_older_snapshot_never_turns_reporting_off() -> None:
+    """A reader whose snapshot predates the mark must not undo what a writer found
+    (the writer would stop reporting, and the others lose their memos again)."""
+    memo = HistoryMemo()
+    assert memo.clog is None
+    memo.found_clog(False)
+    assert memo.clog is False
+    memo.found_clog(True)
+    memo.found_clog(False)
+    assert memo.clog is True
+    memo.reset(5)
+    assert memo.clog is None and memo.known == 5
+
+
+def test_learning_is_in_commit_order_and_a_missing_report_changes_everything() -> None:
+    memo = HistoryMemo()
+    memo.reset(10)
+    memo.learn(11, [(False, ((1, 1),), ()), None, (False, (), ())])
+    assert memo.known == 13
+    assert memo.floor(1, 1) == 12 and memo.floor(2, 2) == 12  # 12 had no report
+    memo.learn(12, [None, None, (False, ((2, 2),), ())])  # 12 and 13 known: skipped
+    assert memo.known == 14 and memo.floor(2, 2) == 14 and memo.floor(1, 1) == 12
+    with pytest.raises(ValueError, match="learnt after 14"):
+        memo.learn(16, [None])
+    memo.learn_unknown(20)
+    assert memo.known == 20 and memo.floor(3, 3) == 20
