@@ -441,22 +441,24 @@ class Environment(EnvironmentBase):
                     memo.found_clog(False)
         if first > through:
             return
+        if not memo.clog:  # no reports to read: every commit counts as everything
+            memo.learn_unknown(through)
+            return
         # Reports older than the kept ones are gone: those commits count as
         # changes of everything without reading for them.
         start = max(first, through - CLOG_KEEP + 1)
         reports: list[Report | None] = [None] * (through - start + 1)
-        if memo.clog:
-            cur = txn.cursor(db=meta)
-            ok = cur.set_range(keys.clog_key(start))
-            while ok:
-                key = cur.key()
-                if not key.startswith(keys.CLOG):
-                    break
-                txn_id = keys.clog_txn(key)
-                if txn_id > through:
-                    break
-                reports[txn_id - start] = unpack_report(cur.value())
-                ok = cur.next()
+        cur = txn.cursor(db=meta)
+        ok = cur.set_range(keys.clog_key(start))
+        while ok:
+            key = cur.key()
+            if not key.startswith(keys.CLOG):
+                break
+            txn_id = keys.clog_txn(key)
+            if txn_id > through:
+                break
+            reports[txn_id - start] = unpack_report(cur.value())
+            ok = cur.next()
         if start > first:
             memo.learn_unknown(start - 1)
         memo.learn(start, reports)
