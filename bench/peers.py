@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import os
 import tempfile
@@ -244,18 +245,10 @@ def _deltalog_bytes(saver: Any, path: Path) -> Callable[[], int]:
 
 
 @contextlib.contextmanager
-def _open_deltalog(ctx: PeerContext) -> Iterator[OpenPeer]:
+def _open_deltalog(ctx: PeerContext, name: str = "deltalog", **options: Any) -> Iterator[OpenPeer]:
     saver_cls = _import_deltalog_saver()
-    path = _fresh_dir(ctx, "deltalog") / "store.lmdb"
-    with saver_cls.from_path(path) as saver:
-        yield OpenPeer(saver, _deltalog_bytes(saver, path))
-
-
-@contextlib.contextmanager
-def _open_deltalog_normal(ctx: PeerContext) -> Iterator[OpenPeer]:
-    saver_cls = _import_deltalog_saver()
-    path = _fresh_dir(ctx, "deltalog-normal") / "store.lmdb"
-    with saver_cls.from_path(path, durable="normal") as saver:
+    path = _fresh_dir(ctx, name) / "store.lmdb"
+    with saver_cls.from_path(path, **options) as saver:
         yield OpenPeer(saver, _deltalog_bytes(saver, path))
 
 
@@ -443,7 +436,7 @@ REGISTRY: dict[str, PeerSpec] = {
         PeerSpec(
             "deltalog-normal",
             'DeltaLogSaver (durable="normal")',
-            _open_deltalog_normal,
+            functools.partial(_open_deltalog, name="deltalog-normal", durable="normal"),
             bytes_method=f"saver.store_bytes() when present, else {_FILE_BYTES}",
             check=_check_deltalog,
         ),
