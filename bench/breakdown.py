@@ -31,6 +31,17 @@ each database, at the end of its own key range, so the fill falls
 blobs, keyed version first since format 10, stay near 0.9: docs/benchmarks.md,
 "Stop 37" and "Stop 38").
 
+``--pack`` also says what a turn would take stored as **one packed entry**
+(the turn pack of docs/benchmarks.md, "Stop 37" and "Stop 43"): each turn's
+new checkpoint, write and blob records of a thread, their keys after the
+thread and namespace and their bodies before compression
+(:meth:`~deltalog.engine.codec.RecordCodec.body`; a blob delta as stored),
+packed into one msgpack list and compressed as one zstd frame with a 32 KiB
+dictionary trained on the window's first half, at level 3 and 19; the
+figures are over the window's second half, plus one LMDB entry a turn (a
+21-byte checkpoint key, the entry's 10 bytes, a tag and a CRC). Nothing is
+stored that way: it is the estimate a pack layout is measured against.
+
 The used pages move by a few pages between runs of the same code
 (random ids, which pages the free list hands out), so compare windows of a few
 hundred turns. The numbers in docs/benchmarks.md ("Stop 26") were made with it.
@@ -39,6 +50,7 @@ Example::
 
     python -m deltalog.bench.breakdown --scenario chat-delta-sf100 --turns 1000 --window 500
     python -m deltalog.bench.breakdown --turns 300 --window 200 --threads 8
+    python -m deltalog.bench.breakdown --turns 600 --window 300 --pack
 """
 
 from __future__ import annotations
@@ -51,6 +63,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import ormsgpack
+import zstandard
 from deltalog.bench.graphs import (
     MESSAGES,
     build_graph,
@@ -60,13 +74,22 @@ from deltalog.bench.graphs import (
     thread_config,
 )
 from deltalog.bench.scenarios import CHAT_SCENARIOS
-from deltalog.engine import DeltaLogSaver
+from deltalog.engine import DeltaLogSaver, codec
 
 # LMDB's cost of one leaf entry beyond its key and value: the node header (8 bytes)
 # and the page's slot pointer (2 bytes).
 ENTRY_OVERHEAD = 10
 #: The most chat threads ``--threads`` runs (each is a compiled graph and a chat).
 MAX_THREADS = 64
+#: The databases a turn pack holds, in the order of their number in a packed entry.
+PACKED = ("checkpoints", "writes", "blobs")
+#: The zstd levels ``--pack`` compresses at: the store's own, and about the densest.
+PACK_LEVELS = (3, 19)
+#: One packed entry's bytes around its frame: a checkpoint key (2-byte thread and
+#: namespace uids, a 17-byte id), LMDB's entry overhead, a tag byte and a CRC.
+PACK_ENTRY = 21 + ENTRY_OVERHEAD + 1 + 4
+#: The fewest window turns ``--pack`` accepts: half train the dictionary.
+PACK_MIN_WINDOW = 20
 
 
 @dataclass(frozen=True)
@@ -92,6 +115,10 @@ class Breakdown:
     pages: float
     used: float
     databases: dict[str, dict[str, float]]
+    #: ``--pack``: B/turn of the packed frame at each of :data:`PACK_LEVELS`
+    #: ("level 3", "level 19") over the window's second half, and "entry", the
+    #: bytes of one LMDB entry around it; None without ``--pack``.
+    pack: dict[str, float] | None = None
 
     def table(self) -> str:
         """The figures as text."""
@@ -109,6 +136,17 @@ class Breakdown:
             lines.append(
                 f"  {name:14} {row['entries']:8.2f} {row['key_bytes']:8.1f} "
                 f"{row['value_bytes']:8.1f} {row['pages']:8.1f} {row['fill']:5.2f}"
+            )
+        if self.pack is not None:
+            entry = self.pack["entry"]
+            frames = ", ".join(
+                f"level {level}: {self.pack[f'level {level}'] + entry:.0f} B "
+                f"({(self.pack[f'level {level}'] + entry) / self.floor:.2f}x)"
+                for level in PACK_LEVELS
+            )
+            lines.append(
+                f"  packed, one zstd frame and one {entry:.0f}-byte entry a turn "
+                f"(window's second half): {frames}"
             )
         return "\n".join(lines)
 
@@ -132,11 +170,74 @@ def _snapshot(saver: DeltaLogSaver) -> tuple[dict[str, DbFigures], int, int]:
     return out, int(env.info()["last_pgno"]) + 1, int(env.stat()["psize"])
 
 
+def _prefix_end(key: bytes) -> int:
+    """Where a record key's thread and namespace uids end (each a length byte and the id)."""
+    ns = 1 + key[0]
+    return ns + 1 + key[ns]
+
+
+def _new_records(
+    saver: DeltaLogSaver, seen: set[tuple[int, bytes]]
+) -> dict[bytes, list[tuple[int, bytes, bytes]]]:
+    """The records of :data:`PACKED` not in ``seen`` (which gains them), per thread and
+    namespace prefix: ``(database number, key after the prefix, body)``, the body as
+    :meth:`~deltalog.engine.codec.RecordCodec.body` gives it (a blob delta as stored,
+    CRC left out; a write's body after its channel uid)."""
+    env = saver.env
+    out: dict[bytes, list[tuple[int, bytes, bytes]]] = {}
+    with env.env.begin() as txn:
+        for number, name in enumerate(PACKED):
+            db = env.env.open_db(name.encode(), txn=txn, create=False)
+            cur = txn.cursor(db=db)
+            for raw_key in cur.iternext(keys=True, values=False):
+                key = bytes(raw_key)
+                if (number, key) in seen:
+                    continue
+                seen.add((number, key))
+                value = bytes(cur.value())
+                channel = value[: 1 + value[0]] if name == "writes" else b""
+                record = value[len(channel) :]
+                what = f"{name}/{key.hex()}"
+                body = env.codec.body(record, what, prefix=channel, key=key)
+                end = _prefix_end(key)
+                out.setdefault(key[:end], []).append(
+                    (number, key[end:], channel + (record[:-4] if body is None else body))
+                )
+    return out
+
+
+def pack_sizes(frames: Sequence[bytes]) -> dict[str, float]:
+    """B/turn of ``frames`` (one packed turn each) over their second half, compressed
+    with a 32 KiB dictionary trained on the first half at each of :data:`PACK_LEVELS`;
+    "entry" is :data:`PACK_ENTRY`. zstd's magic number is left out, as a stored
+    record leaves it out."""
+    half = len(frames) // 2
+    dictionary = zstandard.train_dictionary(codec.DICT_SIZE, list(frames[:half]))
+    sizes: dict[str, float] = {"entry": float(PACK_ENTRY)}
+    for level in PACK_LEVELS:
+        zc = zstandard.ZstdCompressor(
+            level=level,
+            dict_data=dictionary,
+            write_checksum=False,
+            write_content_size=False,
+            write_dict_id=False,
+        )
+        total = sum(len(zc.compress(frame)) - len(codec.ZSTD_MAGIC) for frame in frames[half:])
+        sizes[f"level {level}"] = total / (len(frames) - half)
+    return sizes
+
+
 def measure(
-    scenario_name: str, turns: int, window: int, workdir: Path, threads: int = 1
+    scenario_name: str,
+    turns: int,
+    window: int,
+    workdir: Path,
+    threads: int = 1,
+    *,
+    pack: bool = False,
 ) -> Breakdown:
     """Run ``turns`` turns of the scenario (on each of ``threads`` interleaved threads)
-    and break down the last ``window``."""
+    and break down the last ``window``; ``pack``: also estimate a packed turn."""
     scenarios = {s.name: s for s in CHAT_SCENARIOS}
     if scenario_name not in scenarios:
         raise SystemExit(f"unknown scenario {scenario_name!r}; one of {sorted(scenarios)}")
@@ -144,6 +245,11 @@ def measure(
         raise SystemExit(f"--window {window} must be between 1 and --turns ({turns})")
     if not 1 <= threads <= MAX_THREADS:
         raise SystemExit(f"--threads {threads} must be between 1 and {MAX_THREADS}")
+    if pack and window < PACK_MIN_WINDOW:
+        raise SystemExit(
+            f"--pack needs a --window of at least {PACK_MIN_WINDOW} turns (got {window}): "
+            "its first half trains the dictionary"
+        )
     base = scenarios[scenario_name].with_turns(turns)
     # Thread 0 is the scenario itself, so --threads 1 measures what it always did.
     chats = [replace(base, seed=base.seed + k) for k in range(threads)]
@@ -153,11 +259,18 @@ def measure(
             thread_config("breakdown" if k == 0 else f"breakdown-{k}") for k in range(threads)
         ]
         before: tuple[dict[str, DbFigures], int, int] | None = None
+        seen: set[tuple[int, bytes]] = set()
+        frames: list[bytes] = []
         for turn in range(turns):
             if turn == turns - window:
                 before = _snapshot(saver)
+                if pack:
+                    _new_records(saver, seen)
             for chat, graph, config in zip(chats, graphs, configs, strict=True):
                 graph.invoke({MESSAGES: [human_message(chat, turn)]}, config)
+            if pack and turn >= turns - window:
+                for records in _new_records(saver, seen).values():
+                    frames.append(ormsgpack.packb(sorted(records)))
         after = _snapshot(saver)
     first, used0, psize = before if before is not None else ({}, 0, after[2])
     last, used1, _ = after
@@ -192,6 +305,7 @@ def measure(
         pages=pages / count,
         used=(used1 - used0) * psize / count,
         databases=rows,
+        pack=pack_sizes(frames) if pack else None,
     )
 
 
@@ -204,10 +318,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--threads", type=int, default=1, help="chat threads, interleaved turn by turn"
     )
+    parser.add_argument(
+        "--pack", action="store_true", help="also estimate a turn stored as one packed entry"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        result = measure(args.scenario, args.turns, args.window, Path(tmp), args.threads)
+        result = measure(
+            args.scenario, args.turns, args.window, Path(tmp), args.threads, pack=args.pack
+        )
     print(result.table())
     if args.json is not None:
         payload: dict[str, Any] = asdict(result)

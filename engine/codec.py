@@ -216,6 +216,15 @@ class WriteDict(NamedTuple):
     content: bytes
 
 
+def _damaged(what: str, cause: Exception | str) -> CorruptRecordError:
+    """The error for record ``what`` whose bytes do not decode (``cause``)."""
+    reason = cause if isinstance(cause, str) else f"{type(cause).__name__}: {cause}"
+    return CorruptRecordError(
+        f"record {what} cannot be decoded ({reason}); run `deltalog verify` to list "
+        "damaged records and restore them from a backup"
+    )
+
+
 def _seed(tag: int, key: bytes | None, prefix: bytes) -> int:
     """The CRC seed of a record with tag byte ``tag``: its key (when :data:`KEYED`),
     then ``prefix`` (full records only; a delta's CRC never covered a prefix)."""
@@ -250,10 +259,7 @@ def rekey(
     except ValueError:
         ok = False
     if not ok:
-        raise CorruptRecordError(
-            f"record {what} cannot be decoded (checksum mismatch); run `deltalog verify` "
-            "to list damaged records and restore them from a backup"
-        )
+        raise _damaged(what, "checksum mismatch")
     framed = bytes(view[:-CRC_SIZE])
     return _seal(bytes((framed[0] & ~KEYED,)) + framed[1:], new_key, prefix)
 
@@ -1324,10 +1330,7 @@ class RecordCodec:
                 raise ValueError("checksum mismatch")
             return _delta_fields(framed)
         except Exception as exc:
-            raise CorruptRecordError(
-                f"record {what} cannot be decoded ({type(exc).__name__}: {exc}); run "
-                "`deltalog verify` to list damaged records and restore them from a backup"
-            ) from exc
+            raise _damaged(what, exc) from exc
 
     def delta_info(
         self, data: bytes, what: str, *, key: bytes | None = None
@@ -1372,10 +1375,7 @@ class RecordCodec:
         except CorruptRecordError:
             raise
         except Exception as exc:
-            raise CorruptRecordError(
-                f"record {what} cannot be decoded ({type(exc).__name__}: {exc}); run "
-                "`deltalog verify` to list damaged records and restore them from a backup"
-            ) from exc
+            raise _damaged(what, exc) from exc
 
     def _unsplice(
         self, packed: bytes, splice: tuple[int, ...], base: bytes, writes: bytes, what: str
@@ -1419,10 +1419,42 @@ class RecordCodec:
             size = zstandard.frame_content_size(frame)  # reads the header, copies nothing
             return int(size) + copied + 1 if size >= 0 else len(data)
         except Exception as exc:  # every failure here means the bytes are damaged
-            raise CorruptRecordError(
-                f"record {what} cannot be decoded ({type(exc).__name__}: {exc}); run "
-                "`deltalog verify` to list damaged records and restore them from a backup"
-            ) from exc
+            raise _damaged(what, exc) from exc
+
+    def _body_of(self, tag: int, payload: memoryview) -> memoryview | bytes:
+        """The msgpack body of a full record: ``payload`` is what follows the tag
+        byte (``tag`` without :data:`KEYED` and :data:`COMPACT`), CRC left out."""
+        if tag == TAG_PLAIN:
+            return payload
+        if tag == TAG_ZSTD:
+            return self.compressor.decompress(bytes(payload))
+        if tag in (TAG_DICT_COMPACT, TAG_DICT):
+            dict_id, frame = _dict_frame(tag, payload)
+            return self.compressor.decompress_with_dict(frame, dict_id, self._dictionary(dict_id))
+        if tag in DELTA_TAGS:
+            raise ValueError("a delta record needs its base; read it through the store")
+        raise ValueError(f"unknown record tag 0x{tag:02x}")
+
+    def body(
+        self, data: bytes, what: str, *, prefix: bytes = b"", key: bytes | None = None
+    ) -> bytes | None:
+        """A full record's msgpack body as it was compressed: checked by its CRC,
+        decompressed, not unpacked (a checkpoint record stays in its compact form).
+        None for a blob delta, whose body is a frame against its base. What the
+        bytes breakdown compresses a turn's records from
+        (:mod:`deltalog.bench.breakdown`, ``--pack``).
+
+        Raises:
+            CorruptRecordError: The record fails its CRC or cannot be decompressed.
+        """
+        view = memoryview(data)
+        try:
+            if not _crc_ok(view, key, prefix):
+                raise ValueError("checksum mismatch")
+            tag = view[0] & ~KEYED & ~COMPACT
+            return None if tag in DELTA_TAGS else bytes(self._body_of(tag, view[1:-CRC_SIZE]))
+        except Exception as exc:
+            raise _damaged(what, exc) from exc
 
     def decode(
         self,
@@ -1463,31 +1495,14 @@ class RecordCodec:
             if zlib.crc32(view[:end], seed) != int.from_bytes(view[end:], "big"):
                 raise ValueError("checksum mismatch")
             compact = tag & COMPACT
-            tag &= ~COMPACT
-            if tag == TAG_PLAIN:
-                rec = ormsgpack.unpackb(view[1:end])
-            elif tag == TAG_ZSTD:
-                rec = ormsgpack.unpackb(self.compressor.decompress(bytes(view[1:end])))
-            elif tag in (TAG_DICT_COMPACT, TAG_DICT):
-                dict_id, frame = _dict_frame(tag, view[1:end])
-                body = self.compressor.decompress_with_dict(
-                    frame, dict_id, self._dictionary(dict_id)
-                )
-                rec = ormsgpack.unpackb(body)
-            elif tag in DELTA_TAGS:
-                raise ValueError("a delta record needs its base; read it through the store")
-            else:
-                raise ValueError(f"unknown record tag 0x{tag:02x}")
+            rec = ormsgpack.unpackb(self._body_of(tag & ~COMPACT, view[1:end]))
             if compact:
                 if key is None:
                     raise ValueError("a compact checkpoint record read without its key")
                 return checkpoint_form.expand(rec, bytes(key[-ID_TAIL:]), head=head)
             return rec
         except Exception as exc:  # every decode failure means the bytes are damaged
-            raise CorruptRecordError(
-                f"record {what} cannot be decoded ({type(exc).__name__}: {exc}); run "
-                "`deltalog verify` to list damaged records and restore them from a backup"
-            ) from exc
+            raise _damaged(what, exc) from exc
 
 
 # Frames trained dictionaries (encode_dictionary): plain, never compressed with one.

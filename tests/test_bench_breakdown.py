@@ -73,3 +73,30 @@ def test_bad_options_exit_with_a_message(tmp_path: Path) -> None:
         measure("chat-delta-sf100", 10, 20, tmp_path)
     with pytest.raises(SystemExit, match="--threads 0 must be between 1 and 64"):
         measure("chat-delta-sf100", 10, 5, tmp_path, threads=0)
+
+
+def test_the_pack_estimate_holds_each_turns_records(tmp_path: Path) -> None:
+    """``--pack``: a turn's records packed into one frame take less than they take
+    stored one by one (their keys, and the three checkpoint records repeating each
+    other, compress away), and never less than the turn's text does on its own with
+    the trained dictionary's help (the frame holds it). With two threads the frames
+    are per thread and turn, so the figure a turn stays about the same."""
+    one = measure("chat-delta-sf100", turns=40, window=30, workdir=tmp_path / "one", pack=True)
+    assert one.pack is not None
+    level3, level19 = one.pack["level 3"], one.pack["level 19"]
+    assert one.pack["entry"] == 36
+    assert level19 <= level3
+    assert 0.8 * one.floor < level3 + one.pack["entry"] < 0.85 * one.logical
+    two = measure(
+        "chat-delta-sf100", turns=40, window=30, workdir=tmp_path / "two", threads=2, pack=True
+    )
+    assert two.pack is not None
+    assert two.pack["level 3"] == pytest.approx(level3, rel=0.15)
+    assert "packed, one zstd frame" in one.table()
+    without = measure("chat-delta-sf100", turns=12, window=10, workdir=tmp_path / "none")
+    assert without.pack is None and "packed" not in without.table()
+
+
+def test_pack_needs_a_window_to_train_on(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="--pack needs a --window of at least 20 turns"):
+        measure("chat-delta-sf100", 30, 10, tmp_path, pack=True)

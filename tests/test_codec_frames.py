@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import zlib
 
+import pytest
 from deltalog.engine import codec
 from deltalog.engine.codec import KEYED, TAG_PLAIN, TAG_ZSTD, RecordCodec
+from deltalog.engine.errors import CorruptRecordError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -50,3 +52,37 @@ def test_encoded_bodies_are_framed_as_documented_and_decode(
     assert framed == _documented(tag, payload, key, b"")
     inner = payload if tag == TAG_PLAIN else rc.compressor.decompress(payload)
     assert inner == body
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    body=st.binary(max_size=3000) | st.text(max_size=1500).map(lambda t: (t * 3).encode()),
+    key=st.binary(min_size=1, max_size=64),
+    prefix=st.binary(max_size=8),
+    compact=st.booleans(),
+)
+def test_body_gives_back_what_was_compressed_and_checks_the_crc(
+    body: bytes, key: bytes, prefix: bytes, compact: bool
+) -> None:
+    """``RecordCodec.body``: the bytes ``encode_body`` framed (plain or compressed,
+    a compact record not expanded), checked against key and prefix; a flipped bit
+    anywhere, or the wrong key or prefix, is a CorruptRecordError."""
+    rc = RecordCodec()
+    framed = rc.encode_body(body, key=key, prefix=prefix, compress_from=96, compact=compact)
+    assert rc.body(framed, "t", key=key, prefix=prefix) == body
+    with pytest.raises(CorruptRecordError, match="record t cannot be decoded"):
+        rc.body(framed, "t", key=key + b"x", prefix=prefix)
+    with pytest.raises(CorruptRecordError):
+        rc.body(framed, "t", key=key, prefix=prefix + b"x")
+    damaged = bytearray(framed)
+    damaged[len(damaged) // 2] ^= 0x10
+    with pytest.raises(CorruptRecordError):
+        rc.body(bytes(damaged), "t", key=key, prefix=prefix)
+
+
+def test_body_of_a_delta_is_none() -> None:
+    rc = RecordCodec()
+    base = bytes(range(256)) * 40
+    record = rc.encode_delta(("msgpack", base + b"more"), base, b"\x01ref", 1, key=b"k")
+    assert record is not None and record[0] & ~KEYED in codec.DELTA_TAGS
+    assert rc.body(record, "t", key=b"k") is None
