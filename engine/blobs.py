@@ -245,7 +245,7 @@ class BlobReads(TxnBase):
                 this map are decoded; the others are skipped without decoding.
         """
         out: list[WriteRow] = []
-        cur = self.txn.cursor(db=self.dbs.writes)
+        cur = self.write_cursor()
         if not cur.set_range(checkpoint_key):
             return out
         plen = len(checkpoint_key)
@@ -334,7 +334,7 @@ class BlobReads(TxnBase):
         ``channel_id`` is the interned id of :data:`INPUT_CHANNEL` when the caller
         has it (a reference names it).
         """
-        raw = self.txn.get(ckey, db=self.dbs.checkpoints)
+        raw = self.checkpoint_raw(ckey)
         if raw is None:
             return None
         _, versions, inline, _ = self._envelope(ckey, raw)
@@ -385,7 +385,7 @@ class BlobReads(TxnBase):
         parts: list[_Part] = []
         plen = len(prefix)
         memo = self._writes_memo()
-        cur = self.txn.cursor(db=self.dbs.writes)
+        cur = self.write_cursor()
         ok = cur.set_range(prefix + lo)
         while ok:
             key = cur.key()
@@ -445,7 +445,7 @@ class BlobReads(TxnBase):
                 return None
         else:
             key = keys.checkpoint_key(t, n, keys.encode_id(checkpoint_id))
-        raw = self.txn.get(key, db=self.dbs.checkpoints)
+        raw = self.checkpoint_raw(key)
         if raw is None:
             return None
         try:
@@ -562,7 +562,7 @@ class BlobWrites(WriteBase, BlobReads):
         size = scanned = 0
         lo = hi = None
         plen = len(prefix)
-        cur = self.txn.cursor(db=self.dbs.writes)
+        cur = self.write_cursor()
         ok = cur.prev() if cur.set_range(prefix + before) else cur.last()
         while ok:
             key = cur.key()

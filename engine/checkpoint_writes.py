@@ -105,7 +105,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             pmask: int | None = None
             if parent_id is not None:
                 pkey = keys.checkpoint_key(t, n, keys.encode_id(parent_id))
-                praw = self.txn.get(pkey, db=self.dbs.checkpoints)
+                praw = self.checkpoint_raw(pkey)
                 if praw is not None:
                     _, pversions, pinline, pmask = self._envelope(pkey, praw)
             pbits = (
@@ -135,7 +135,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             # Overwritten, or inserted below a newer checkpoint: it may be the
             # ancestor (or the missing parent) of a remembered history.
             self.memo_groups.add((t, n))
-            old = self.txn.get(key, db=self.dbs.checkpoints) if above == key else None
+            old = self.checkpoint_raw(key) if above == key else None
             if old is not None:
                 where = f"checkpoints/{key.hex()}"
                 old_env = CheckpointEnvelope.unpack(self.codec.decode(old, where, key=key), where)
@@ -158,7 +158,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             self._blobbed(t, n, channel_versions, held, known),
         )
         raw, body = self.codec.encode_checkpoint(record.pack(), key, cid, made)
-        self.txn.put(key, raw, db=self.dbs.checkpoints)
+        self.put_checkpoint_raw(key, raw)
         self._remember_envelope(key, raw, ormsgpack.unpackb(body))
         if run_id is not None:
             self.txn.put(keys.run_key(keys.encode_run(run_id), t, n, cid), b"", db=self.dbs.runs)
@@ -169,7 +169,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         another input). Payloads are unchanged, so no delta's write range changes.
         Returns how many were rewritten."""
         found: list[tuple[bytes, bytes, list[Any]]] = []
-        cur = self.txn.cursor(db=self.dbs.writes)
+        cur = self.write_cursor()
         ok = cur.set_range(ckey)
         while ok and cur.key().startswith(ckey):
             key = cur.key()
@@ -184,7 +184,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             ok = cur.next()
         for key, cbytes, rec in found:
             raw = cbytes + self.codec.encode(rec, prefix=cbytes, key=key)
-            self.txn.put(key, raw, db=self.dbs.writes)
+            self.put_write_raw(key, raw)
         return len(found)
 
     def _blobbed(
@@ -320,7 +320,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
             if pkey in seen:
                 raise self._cycle(t, n, keys.decode_checkpoint_key(chain[-1])[2], pkey)
             seen.add(pkey)
-            raw = self.txn.get(pkey, db=self.dbs.checkpoints)
+            raw = self.checkpoint_raw(pkey)
             if raw is None:
                 return
             chain.append(pkey)
@@ -386,10 +386,6 @@ class CheckpointWrites(BlobWrites, ReadTxn):
                 # A new write under a checkpoint that a delta blob's write range
                 # covers would change that blob's dictionary: rebase it first.
                 mark = self.txn.get(keys.wdep_key(t, n, c), db=self.dbs.meta)
-                if (
-                    mark is not None
-                    and cid <= bytes(mark)
-                    and self.txn.get(key, db=self.dbs.writes) is None
-                ):
+                if mark is not None and cid <= bytes(mark) and self.write_raw(key) is None:
                     self.rebase_blobs(t, n, hit=lambda lo, hi: lo <= cid <= hi, channel=c)
-            self.txn.put(key, raw, overwrite=idx < 0, db=self.dbs.writes)
+            self.put_write_raw(key, raw, overwrite=idx < 0)

@@ -80,7 +80,7 @@ class HistoryReads(BlobReads):
             checkpoint_id = keys.decode_checkpoint_key(target)[2]
         else:
             target = prefix + keys.encode_id(checkpoint_id)
-        raw = self.txn.get(target, db=self.dbs.checkpoints)
+        raw = self.checkpoint_raw(target)
         if raw is None:
             return histories(walk)
         try:
@@ -131,7 +131,7 @@ class HistoryReads(BlobReads):
             seen.add(key)
             if key >= child:
                 monotonic = False
-            raw = self.txn.get(key, db=self.dbs.checkpoints)
+            raw = self.checkpoint_raw(key)
             if raw is None:
                 break
             try:

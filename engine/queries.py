@@ -85,8 +85,8 @@ class QueryReads(HistoryReads):
         ``doomed`` is :meth:`doomed_blobs` when the caller already has it.
         """
         out = {"checkpoints": 0, "writes": 0, "blobs": 0, "bytes": 0}
-        cur_c = self.txn.cursor(db=self.dbs.checkpoints)
-        cur_w = self.txn.cursor(db=self.dbs.writes)
+        cur_c = self.checkpoint_cursor()
+        cur_w = self.write_cursor()
         for cid in plan.delete:
             key = keys.checkpoint_key(t, n, keys.encode_id(cid))
             if cur_c.set_key(key):
@@ -142,7 +142,7 @@ class QueryReads(HistoryReads):
         Nothing is decoded, so this stays fast on many threads.
         """
         out: dict[int, ThreadSummary] = {}
-        cur = self.txn.cursor(db=self.dbs.checkpoints)
+        cur = self.checkpoint_cursor()
         for key, value in cur.iternext(keys=True, values=True):
             (t, n), pos = keys.split_ids(key, 2)
             s = out.get(t)
@@ -157,8 +157,9 @@ class QueryReads(HistoryReads):
             if ns == "" and (s.newest_key is None or cid > s.newest_key):
                 s.newest_key = cid
                 s.newest_id = keys.decode_id(key, pos)[0]
+        dbs = self.record_dbs()
         for name in ("writes", "blobs"):
-            cur = self.txn.cursor(db=getattr(self.dbs, name))
+            cur = self.txn.cursor(db=dbs[name])
             for key, value in cur.iternext(keys=True, values=True):
                 s = out.get(keys.decode_uid(key, 0)[0])
                 if s is not None:
@@ -190,7 +191,7 @@ class QueryReads(HistoryReads):
             e["blobs"] += 1
             e["blob_bytes"] += len(value)
             e["raw_bytes"] += self.codec.raw_size(value, f"blobs/{key.hex()}", key=key)
-        for key, value in self.txn.cursor(db=self.dbs.writes).iternext(keys=True, values=True):
+        for key, value in self.write_cursor().iternext(keys=True, values=True):
             cbytes, channel_id, record = split_write_value(value)
             e = named(channel_id)
             e["writes"] += 1
@@ -198,7 +199,7 @@ class QueryReads(HistoryReads):
             e["raw_bytes"] += len(cbytes) + self.codec.raw_size(
                 record, f"writes/{key.hex()}", prefix=cbytes, key=key
             )
-        for key, value in self.txn.cursor(db=self.dbs.checkpoints).iternext(keys=True, values=True):
+        for key, value in self.checkpoint_cursor().iternext(keys=True, values=True):
             for channel, typed in inline_of(
                 self.codec.decode(value, f"checkpoints/{key.hex()}", key=key, head=True)
             ).items():
@@ -257,7 +258,7 @@ class QueryReads(HistoryReads):
             ok = cur.next()
         for (n, channel, version), typed in held.items():
             yield blob(n, channel, version, typed)
-        cur = self.txn.cursor(db=self.dbs.writes)
+        cur = self.write_cursor()
         ok = cur.set_range(prefix)
         while ok and cur.key().startswith(prefix):
             key, raw = cur.key(), cur.value()
@@ -283,7 +284,7 @@ class QueryReads(HistoryReads):
     def namespaces(self, t: int) -> list[int]:
         """Interned ns ids that hold checkpoints of thread ``t``, ascending."""
         out: list[int] = []
-        cur = self.txn.cursor(db=self.dbs.checkpoints)
+        cur = self.checkpoint_cursor()
         prefix = keys.thread_prefix(t)
         ok = cur.set_range(prefix)
         while ok:
@@ -298,7 +299,7 @@ class QueryReads(HistoryReads):
     def threads(self) -> list[int]:
         """Interned ids of threads with at least one checkpoint, ascending."""
         out: list[int] = []
-        cur = self.txn.cursor(db=self.dbs.checkpoints)
+        cur = self.checkpoint_cursor()
         ok = cur.first()
         while ok:
             t = keys.decode_uid(cur.key(), 0)[0]
@@ -309,7 +310,7 @@ class QueryReads(HistoryReads):
     def has_thread_rows(self, t: int) -> bool:
         """True if thread ``t`` has any checkpoint, write or blob."""
         prefix = keys.thread_prefix(t)
-        for db in (self.dbs.checkpoints, self.dbs.writes, self.dbs.blobs):
+        for db in self.record_dbs().values():
             cur = self.txn.cursor(db=db)
             if cur.set_range(prefix) and cur.key().startswith(prefix):
                 return True

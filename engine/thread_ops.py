@@ -35,10 +35,10 @@ class ThreadWrites(CheckpointWrites):
         self.memo_everything = True
         cid = keys.encode_id(checkpoint_id)
         key = keys.checkpoint_key(t, n, cid)
-        self.txn.delete(key, db=self.dbs.checkpoints)
+        self.delete_checkpoint_raw(key)
         if run_id is not None:
             self.txn.delete(keys.run_key(keys.encode_run(run_id), t, n, cid), db=self.dbs.runs)
-        self.delete_prefix(self.dbs.writes, key)
+        self.delete_writes_raw(key)
 
     # -- maintenance writes -------------------------------------------------------------
 
@@ -76,7 +76,7 @@ class ThreadWrites(CheckpointWrites):
             self.delete_checkpoint(t, n, cid, runs.get(cid))
         for cid in (plan.hide | plan.unhide | set(plan.relink)) - plan.delete:
             key = keys.checkpoint_key(t, n, keys.encode_id(cid))
-            raw = self.txn.get(key, db=self.dbs.checkpoints)
+            raw = self.checkpoint_raw(key)
             if raw is None:
                 continue
             where = f"checkpoints/{key.hex()}"
@@ -88,7 +88,7 @@ class ThreadWrites(CheckpointWrites):
             if cid in plan.relink:
                 env.parent = parent_in(plan.relink[cid])
             raw, _ = self.codec.encode_checkpoint(env.pack(), key, keys.encode_id(cid))
-            self.txn.put(key, raw, db=self.dbs.checkpoints)
+            self.put_checkpoint_raw(key, raw)
         for key in doomed:
             self.txn.delete(key, db=self.dbs.blobs)
         removed["seeds"] = len(seeds)
@@ -118,6 +118,7 @@ class ThreadWrites(CheckpointWrites):
         counts: dict[str, int] = {}
         # The copied blobs' write ranges need their marks in meta (see put_blob),
         # and the namespaces their forward-link marks (see _refuse_cycle).
+        dbs = {**self.record_dbs(), "meta": self.dbs.meta}
         for name, head in (
             ("checkpoints", b""),
             ("writes", b""),
@@ -125,7 +126,7 @@ class ThreadWrites(CheckpointWrites):
             ("meta", keys.WDEP),
             ("meta", keys.FWD),
         ):
-            db = getattr(self.dbs, name)
+            db = dbs[name]
             prefix = head + keys.thread_prefix(s)
             copied = 0
             start = prefix
@@ -260,7 +261,7 @@ class ThreadWrites(CheckpointWrites):
                     keys.run_key(keys.encode_run(run_id), t, n, keys.checkpoint_id_bytes(key)),
                     db=self.dbs.runs,
                 )
-        for db in (self.dbs.checkpoints, self.dbs.writes, self.dbs.blobs):
+        for db in self.record_dbs().values():
             self.delete_prefix(db, prefix)
         self.delete_prefix(self.dbs.meta, keys.WDEP + prefix)
         self.delete_prefix(self.dbs.meta, keys.FWD + prefix)

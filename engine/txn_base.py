@@ -227,12 +227,48 @@ class TxnBase:
             raw, (rec[PARENT], rec[VERSIONS], inline_of(rec), blobbed_of(rec))
         )
 
+    # -- checkpoint and write records ---------------------------------------------
+    # The one owner of the `checkpoints` and `writes` databases: every read and
+    # write of their records goes through the methods below (tests/test_layers.py
+    # holds every other module to that; migrations keep their raw access). A turn
+    # pack's merged view (docs/design.md, "Turn packs") takes their place here.
+
+    def checkpoint_cursor(self) -> Any:
+        """A cursor over the checkpoint records in key order, with LMDB's moves
+        (``set_key``, ``set_range``, ``first``, ``last``, ``next``, ``prev``,
+        ``key``, ``value``, ``iternext``)."""
+        return self.txn.cursor(db=self.dbs.checkpoints)
+
+    def write_cursor(self) -> Any:
+        """A cursor over the write records in key order (see :meth:`checkpoint_cursor`)."""
+        return self.txn.cursor(db=self.dbs.writes)
+
+    def checkpoint_raw(self, key: bytes) -> bytes | None:
+        """The stored checkpoint record at ``key``, or None."""
+        raw: bytes | None = self.txn.get(key, db=self.dbs.checkpoints)
+        return raw
+
+    def write_raw(self, key: bytes) -> bytes | None:
+        """The stored write (channel uid, then the record) at ``key``, or None."""
+        raw: bytes | None = self.txn.get(key, db=self.dbs.writes)
+        return raw
+
+    def record_dbs(self) -> dict[str, Any]:
+        """The databases a thread's records live in, by name (``checkpoints``,
+        ``writes``, ``blobs``): for what treats a thread's records alike (its
+        existence, deleting and copying it)."""
+        return {
+            "checkpoints": self.dbs.checkpoints,
+            "writes": self.dbs.writes,
+            "blobs": self.dbs.blobs,
+        }
+
     def key_from(self, prefix: bytes, start: bytes) -> bytes | None:
         """The smallest checkpoint key that starts with ``prefix`` and is at least
         ``start``, or None: one cursor seek. ``start + b"\\x00"`` gives the smallest
         key strictly above ``start``. (Each LMDB call releases the GIL, and with
         many threads that costs a thread switch; see docs/benchmarks.md, stop 32.)"""
-        cur = self.txn.cursor(db=self.dbs.checkpoints)
+        cur = self.checkpoint_cursor()
         if not cur.set_range(start):
             return None
         key: bytes = cur.key()
@@ -241,7 +277,7 @@ class TxnBase:
     def latest_key(self, t: int, n: int) -> bytes | None:
         """Key of the greatest checkpoint id in (thread, ns): one cursor seek (R4)."""
         prefix = keys.ns_prefix(t, n)
-        cur = self.txn.cursor(db=self.dbs.checkpoints)
+        cur = self.checkpoint_cursor()
         found = cur.prev() if cur.set_range(prefix_end(prefix)) else cur.last()
         if not found:
             return None
@@ -294,7 +330,7 @@ class TxnBase:
         self, prefix: bytes, *, start: bytes | None, reverse: bool
     ) -> Iterator[tuple[bytes, bytes]]:
         """(key, raw record) under ``prefix``; ``start`` bounds the walk (exclusive)."""
-        cur = self.txn.cursor(db=self.dbs.checkpoints)
+        cur = self.checkpoint_cursor()
         if reverse:
             bound = start if start is not None else prefix_end(prefix)
             ok = cur.prev() if cur.set_range(bound) else cur.last()
@@ -389,6 +425,26 @@ class WriteBase(TxnBase):
         damaged records through the store's own transaction with it)."""
         self.memo_everything = True
         self.txn.put(key, value, db=db)
+
+    def put_checkpoint_raw(self, key: bytes, raw: bytes) -> None:
+        """Store a framed checkpoint record at ``key`` (replacing one there)."""
+        self.txn.put(key, raw, db=self.dbs.checkpoints)
+
+    def put_write_raw(self, key: bytes, raw: bytes, *, overwrite: bool = True) -> bool:
+        """Store a write (channel uid, then the framed record) at ``key``; with
+        ``overwrite`` False a write already there stays. Returns whether it was stored."""
+        stored: bool = self.txn.put(key, raw, overwrite=overwrite, db=self.dbs.writes)
+        return stored
+
+    def delete_checkpoint_raw(self, key: bytes) -> bool:
+        """Delete the checkpoint record at ``key`` (not its writes); whether there was one."""
+        deleted: bool = self.txn.delete(key, db=self.dbs.checkpoints)
+        return deleted
+
+    def delete_writes_raw(self, prefix: bytes) -> int:
+        """Delete every write whose key starts with ``prefix`` (a checkpoint's key:
+        its writes); return how many."""
+        return self.delete_prefix(self.dbs.writes, prefix)
 
     def delete_prefix(self, db: Any, prefix: bytes) -> int:
         """Delete every key starting with ``prefix``; return how many."""

@@ -89,7 +89,7 @@ class VerifyReads(QueryReads):
                 )
             )
         orphaned: set[bytes] = set()
-        cur = self.txn.cursor(db=self.dbs.writes)
+        cur = self.write_cursor()
         ok = cur.set_range(prefix)
         while ok and cur.key().startswith(prefix):
             key, raw = cur.key(), cur.value()

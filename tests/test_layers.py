@@ -126,6 +126,31 @@ KNOWN_UPWARD_IMPORTS: frozenset[tuple[str, str]] = frozenset()
 KNOWN_UPWARD_CALLS: dict[tuple[str, str], str] = {}
 
 
+# The modules that touch the `checkpoints` and `writes` databases themselves:
+# txn_base owns their records (docs/design.md, "Turn packs": a merged view of
+# plain records and packs will replace its cursors), and migrations rewrite old
+# formats in place. Everything else asks txn_base.
+RECORD_DB_OWNERS = frozenset({"deltalog.engine.txn_base", "deltalog.engine.migrations"})
+RECORD_DBS = frozenset({"checkpoints", "writes"})
+
+
+def record_db_uses(sources: dict[str, str]) -> list[tuple[str, int]]:
+    """(module, line) of each ``<...>dbs.checkpoints`` / ``<...>dbs.writes`` outside
+    RECORD_DB_OWNERS."""
+    found: list[tuple[str, int]] = []
+    for module, source in sources.items():
+        if module in RECORD_DB_OWNERS:
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.Attribute) or node.attr not in RECORD_DBS:
+                continue
+            owner = node.value
+            name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+            if name in ("dbs", "_dbs"):
+                found.append((module, node.lineno))
+    return sorted(found)
+
+
 class Edge(NamedTuple):
     importer: str
     imported: str
@@ -275,3 +300,15 @@ def test_the_design_doc_places_every_module_as_the_table_does() -> None:
             assert module not in placed, f"{module} is listed twice"
             placed[module] = cells[0]
     assert placed == LAYERS
+
+
+def test_only_txn_base_touches_the_checkpoint_and_write_databases() -> None:
+    """Every reader and writer of checkpoint and write records goes through txn_base's
+    accessors (checkpoint_cursor, write_cursor, checkpoint_raw, ...), so the turn pack's
+    merged view has one place to go; a planted direct use is found."""
+    sources, _ = read_sources()
+    assert record_db_uses(sources) == []
+    sources["deltalog.engine.queries"] += "\n\ndef f(self):\n    return self.dbs.writes\n"
+    sources["deltalog.engine.env"] += "\n\ndef g(env):\n    return env._dbs.checkpoints\n"
+    planted = record_db_uses(sources)
+    assert [m for m, _ in planted] == ["deltalog.engine.env", "deltalog.engine.queries"]
