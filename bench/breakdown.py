@@ -39,8 +39,14 @@ thread and namespace and their bodies before compression
 packed into one msgpack list and compressed as one zstd frame with a 32 KiB
 dictionary trained on the window's first half, at level 3 and 19; the
 figures are over the window's second half, plus one LMDB entry a turn (a
-21-byte checkpoint key, the entry's 10 bytes, a tag and a CRC). Nothing is
-stored that way: it is the estimate a pack layout is measured against.
+21-byte checkpoint key, the entry's 10 bytes, a tag and a CRC). It also
+writes the level-3 packs into a scratch LMDB file, one transaction a turn in
+the order they were made, keyed by thread (a database keyed by thread, ns
+and the pack's last checkpoint id) and logged (appended under a sequence
+number, with an index entry from that key), and reports the B-tree pages a
+turn of each: with interleaved threads the first fills its pages as today's
+databases do. Nothing is stored that way in the store: it is the estimate a
+pack layout is measured against.
 
 The used pages move by a few pages between runs of the same code
 (random ids, which pages the free list hands out), so compare windows of a few
@@ -58,11 +64,13 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import lmdb
 import ormsgpack
 import zstandard
 from deltalog.bench.graphs import (
@@ -148,6 +156,12 @@ class Breakdown:
                 f"  packed, one zstd frame and one {entry:.0f}-byte entry a turn "
                 f"(window's second half): {frames}"
             )
+            lines.append(
+                f"  packed at level 3, B-tree pages a turn (whole window): keyed by thread "
+                f"{self.pack['pages keyed']:.0f} B "
+                f"({self.pack['pages keyed'] / self.floor:.2f}x), in a log with an index "
+                f"{self.pack['pages logged']:.0f} B ({self.pack['pages logged'] / self.floor:.2f}x)"
+            )
         return "\n".join(lines)
 
 
@@ -206,14 +220,23 @@ def _new_records(
     return out
 
 
-def pack_sizes(frames: Sequence[bytes]) -> dict[str, float]:
-    """B/turn of ``frames`` (one packed turn each) over their second half, compressed
-    with a 32 KiB dictionary trained on the first half at each of :data:`PACK_LEVELS`;
-    "entry" is :data:`PACK_ENTRY`. zstd's magic number is left out, as a stored
-    record leaves it out."""
+def pack_sizes(frames: Sequence[tuple[bytes, bytes]], workdir: Path) -> dict[str, float]:
+    """B/turn of ``frames`` (``(pack key, packed turn)`` in the order the turns were
+    written) over their second half, compressed with a 32 KiB dictionary trained on
+    the first half at each of :data:`PACK_LEVELS`; "entry" is :data:`PACK_ENTRY`.
+    zstd's magic number is left out, as a stored record leaves it out.
+
+    Also the B-tree pages the level-3 packs of the whole window take, written one
+    transaction a turn into a scratch LMDB file in two layouts: "pages keyed",
+    one database keyed by the pack key (thread, ns, last checkpoint id), and
+    "pages logged", each pack appended to a log under a sequence number plus an
+    index entry (pack key → number). Interleaved threads insert into the middle
+    of the first, which LMDB leaves half full; the log is only appended to."""
+    bodies: list[bytes | bytearray | memoryview] = [body for _, body in frames]
     half = len(frames) // 2
-    dictionary = zstandard.train_dictionary(codec.DICT_SIZE, list(frames[:half]))
+    dictionary = zstandard.train_dictionary(codec.DICT_SIZE, bodies[:half])
     sizes: dict[str, float] = {"entry": float(PACK_ENTRY)}
+    stored: list[bytes] = []
     for level in PACK_LEVELS:
         zc = zstandard.ZstdCompressor(
             level=level,
@@ -222,8 +245,29 @@ def pack_sizes(frames: Sequence[bytes]) -> dict[str, float]:
             write_content_size=False,
             write_dict_id=False,
         )
-        total = sum(len(zc.compress(frame)) - len(codec.ZSTD_MAGIC) for frame in frames[half:])
-        sizes[f"level {level}"] = total / (len(frames) - half)
+        packed = [zc.compress(body)[len(codec.ZSTD_MAGIC) :] for body in bodies]
+        sizes[f"level {level}"] = sum(map(len, packed[half:])) / (len(frames) - half)
+        stored = stored or packed
+    env = lmdb.open(str(workdir / "packs"), max_dbs=3, map_size=1 << 30, sync=False)
+    try:
+        keyed, log, index = (env.open_db(name) for name in (b"keyed", b"log", b"index"))
+        for seq, ((key, _), frame) in enumerate(zip(frames, stored, strict=True)):
+            value = b"\x00" + frame + zlib.crc32(frame).to_bytes(4, "big")
+            with env.begin(write=True) as txn:
+                txn.put(key, value, db=keyed)
+                txn.put(seq.to_bytes(8, "big"), value, db=log, append=True)
+                txn.put(key, seq.to_bytes(8, "big"), db=index)
+        psize = int(env.stat()["psize"])
+        with env.begin() as txn:
+
+            def pages(db: Any) -> int:
+                st = txn.stat(db)
+                return int(st["leaf_pages"] + st["branch_pages"] + st["overflow_pages"])
+
+            sizes["pages keyed"] = pages(keyed) * psize / len(frames)
+            sizes["pages logged"] = (pages(log) + pages(index)) * psize / len(frames)
+    finally:
+        env.close()
     return sizes
 
 
@@ -260,7 +304,7 @@ def measure(
         ]
         before: tuple[dict[str, DbFigures], int, int] | None = None
         seen: set[tuple[int, bytes]] = set()
-        frames: list[bytes] = []
+        frames: list[tuple[bytes, bytes]] = []
         for turn in range(turns):
             if turn == turns - window:
                 before = _snapshot(saver)
@@ -269,8 +313,10 @@ def measure(
             for chat, graph, config in zip(chats, graphs, configs, strict=True):
                 graph.invoke({MESSAGES: [human_message(chat, turn)]}, config)
             if pack and turn >= turns - window:
-                for records in _new_records(saver, seen).values():
-                    frames.append(ormsgpack.packb(sorted(records)))
+                for prefix, records in _new_records(saver, seen).items():
+                    records.sort()
+                    newest = max((key for number, key, _ in records if number == 0), default=b"")
+                    frames.append((prefix + newest, ormsgpack.packb(records)))
         after = _snapshot(saver)
     first, used0, psize = before if before is not None else ({}, 0, after[2])
     last, used1, _ = after
@@ -305,7 +351,7 @@ def measure(
         pages=pages / count,
         used=(used1 - used0) * psize / count,
         databases=rows,
-        pack=pack_sizes(frames) if pack else None,
+        pack=pack_sizes(frames, workdir) if pack else None,
     )
 
 

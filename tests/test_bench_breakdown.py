@@ -87,6 +87,10 @@ def test_the_pack_estimate_holds_each_turns_records(tmp_path: Path) -> None:
     assert one.pack["entry"] == 36
     assert level19 <= level3
     assert 0.8 * one.floor < level3 + one.pack["entry"] < 0.85 * one.logical
+    # Stored in a scratch file, the packs take pages: more than their bytes, fewer
+    # than today's records (a 30-turn window is a few pages, so only that is checked).
+    for layout in ("pages keyed", "pages logged"):
+        assert level3 < one.pack[layout] < one.pages
     two = measure(
         "chat-delta-sf100", turns=40, window=30, workdir=tmp_path / "two", threads=2, pack=True
     )
