@@ -157,3 +157,9 @@ def test_read_only_verify_stats_and_export_read_the_old_layouts(fmt: int, tmp_pa
     with DeltaLogSaver.from_path(tmp_path / "imported") as fresh:
         fresh.import_records(records)
         assert read_back(fresh) == expected(fmt)["states"]
+
+
+def test_the_storage_format_page_names_todays_format() -> None:
+    """docs/storage-format.md's title names the format this code writes."""
+    title = (GOLDEN.parents[2] / "docs" / "storage-format.md").read_text().splitlines()[0]
+    assert title == f"# Storage format (format version {keys.FORMAT_VERSION})"
