@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from deltalog.engine.codec import RecordCodec
 from deltalog.engine.config import MEMORY
 from deltalog.engine.env import Environment
-from deltalog.engine.env_files import check_durable
+from deltalog.engine.env_files import check_durable, check_sizes
 from deltalog.engine.errors import InvalidInputError
 
 __all__ = ["ClosingContext", "open_path", "open_shared", "release_shared"]
@@ -79,7 +79,9 @@ os.register_at_fork(after_in_child=_new_shared_lock_in_child)
 
 
 def open_shared(path: str | os.PathLike[str], options: dict[str, Any]) -> Environment:
-    check_durable(options["durable"])  # before "already open with other options"
+    # Named as bad before "already open with other options" could hide them.
+    check_sizes(options["map_size"], options["max_map_size"], options["max_readers"])
+    check_durable(options["durable"])
     real = os.path.realpath(os.fspath(path))
     with _SHARED_LOCK:
         entry = _SHARED.get(real)

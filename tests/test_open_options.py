@@ -46,6 +46,21 @@ def test_bad_option_is_refused_before_anything_is_created(tmp_path: Path, case: 
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("case", sorted(BAD_OPTIONS))
+def test_bad_option_is_named_when_the_path_is_already_open(tmp_path: Path, case: str) -> None:
+    """The same with the path already open in this process: the bad value is named,
+    not reported as "other options" than the open store's, and the open store is
+    not touched (a good reopen still shares it)."""
+    options, named = BAD_OPTIONS[case]
+    with DeltaLogSaver.from_path(tmp_path / "s") as saver:
+        with pytest.raises(InvalidInputError) as caught:
+            DeltaLogSaver.from_path(tmp_path / "s", **options)
+        assert named in str(caught.value)
+        assert "already open" not in str(caught.value)
+        with DeltaLogSaver.from_path(tmp_path / "s") as again:
+            assert again.env is saver.env
+
+
 BAD_PATHS: dict[str, tuple[Any, str]] = {
     "NUL in the path": ("s\x00t", "NUL"),
     "int path": (42, "42"),
