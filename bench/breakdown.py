@@ -48,6 +48,10 @@ turn of each: with interleaved threads the first fills its pages as today's
 databases do. Nothing is stored that way in the store: it is the estimate a
 pack layout is measured against.
 
+``--no-pack-turns`` opens the store with ``pack_turns=False``: records stored
+one by one, as before format 14's turn packs (with packs, a turn's records
+are the ``packs`` and ``pack_index`` rows).
+
 The used pages move by a few pages between runs of the same code
 (random ids, which pages the free list hands out), so compare windows of a few
 hundred turns. The numbers in docs/benchmarks.md ("Stop 26") were made with it.
@@ -199,10 +203,16 @@ def _new_records(
     CRC left out; a write's body after its channel uid)."""
     env = saver.env
     out: dict[bytes, list[tuple[int, bytes, bytes]]] = {}
-    with env.env.begin() as txn:
+    with env.read() as r:
         for number, name in enumerate(PACKED):
-            db = env.env.open_db(name.encode(), txn=txn, create=False)
-            cur = txn.cursor(db=db)
+            # Checkpoints and writes through the store's own cursors: those the
+            # store packed read as plain records.
+            if name == "checkpoints":
+                cur = r.checkpoint_cursor()
+            elif name == "writes":
+                cur = r.write_cursor()
+            else:
+                cur = r.txn.cursor(db=env.db(name))
             for raw_key in cur.iternext(keys=True, values=False):
                 key = bytes(raw_key)
                 if (number, key) in seen:
@@ -279,9 +289,11 @@ def measure(
     threads: int = 1,
     *,
     pack: bool = False,
+    pack_turns: bool = True,
 ) -> Breakdown:
     """Run ``turns`` turns of the scenario (on each of ``threads`` interleaved threads)
-    and break down the last ``window``; ``pack``: also estimate a packed turn."""
+    and break down the last ``window``; ``pack``: also estimate a packed turn;
+    ``pack_turns``: the store's own option (False: no turn packs, as before format 14)."""
     scenarios = {s.name: s for s in CHAT_SCENARIOS}
     if scenario_name not in scenarios:
         raise SystemExit(f"unknown scenario {scenario_name!r}; one of {sorted(scenarios)}")
@@ -297,7 +309,7 @@ def measure(
     base = scenarios[scenario_name].with_turns(turns)
     # Thread 0 is the scenario itself, so --threads 1 measures what it always did.
     chats = [replace(base, seed=base.seed + k) for k in range(threads)]
-    with DeltaLogSaver.from_path(workdir / "store") as saver:
+    with DeltaLogSaver.from_path(workdir / "store", pack_turns=pack_turns) as saver:
         graphs = [build_graph(chat, saver) for chat in chats]
         configs = [
             thread_config("breakdown" if k == 0 else f"breakdown-{k}") for k in range(threads)
@@ -332,7 +344,7 @@ def measure(
         grown_logical = grown.key_bytes + grown.value_bytes + ENTRY_OVERHEAD * grown.entries
         logical += grown_logical
         pages += grown.pages * psize
-        if grown.entries or grown.pages:
+        if grown.entries or grown.pages or grown.key_bytes or grown.value_bytes:
             rows[name] = {
                 "entries": grown.entries / count,
                 "key_bytes": grown.key_bytes / count,
@@ -367,11 +379,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--pack", action="store_true", help="also estimate a turn stored as one packed entry"
     )
+    parser.add_argument(
+        "--no-pack-turns",
+        action="store_true",
+        help="open the store with pack_turns=False (no turn packs, as before format 14)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         result = measure(
-            args.scenario, args.turns, args.window, Path(tmp), args.threads, pack=args.pack
+            args.scenario,
+            args.turns,
+            args.window,
+            Path(tmp),
+            args.threads,
+            pack=args.pack,
+            pack_turns=not args.no_pack_turns,
         )
     print(result.table())
     if args.json is not None:

@@ -27,6 +27,10 @@ deltalog-async  ``DeltaLogSaver`` driven through its  as ``deltalog``
 deltalog-normal ``DeltaLogSaver`` opened with         as ``deltalog``
                 ``durable="normal"`` (one sync a
                 commit; not in the default set)
+deltalog-nopack ``DeltaLogSaver`` opened with         as ``deltalog``
+                ``pack_turns=False`` (no turn packs,
+                as before format 14; not in the
+                default set)
 =============== ===================================== ==============================================
 
 A peer whose package is missing (``deltalog`` while the engine is being
@@ -437,6 +441,13 @@ REGISTRY: dict[str, PeerSpec] = {
             "deltalog-normal",
             'DeltaLogSaver (durable="normal")',
             functools.partial(_open_deltalog, name="deltalog-normal", durable="normal"),
+            bytes_method=f"saver.store_bytes() when present, else {_FILE_BYTES}",
+            check=_check_deltalog,
+        ),
+        PeerSpec(
+            "deltalog-nopack",
+            "DeltaLogSaver (pack_turns=False)",
+            functools.partial(_open_deltalog, name="deltalog-nopack", pack_turns=False),
             bytes_method=f"saver.store_bytes() when present, else {_FILE_BYTES}",
             check=_check_deltalog,
         ),

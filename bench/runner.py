@@ -755,7 +755,9 @@ async def _in_tasks(n: int, seconds: float, work: Callable[[int, float], Awaitab
 # --------------------------------------------------------------------------- multi-process
 
 #: Savers whose store several processes can open at one path.
-MULTIPROCESS_SAVERS = frozenset({"deltalog", "deltalog-normal", "sqlite", "lmdb"})
+MULTIPROCESS_SAVERS = frozenset(
+    {"deltalog", "deltalog-normal", "deltalog-nopack", "sqlite", "lmdb"}
+)
 #: Savers the multi-process scenario runs with a store of their own in each
 #: process: InMemorySaver stores nothing, so its rate is the machine's ceiling
 #: for the scenario (LangGraph's work alone in 4 processes), and each process

@@ -270,6 +270,13 @@ def frame_plain(record: Any, *, key: bytes | None = None) -> bytes:
     return _seal(bytes((TAG_PLAIN,)) + ormsgpack.packb(record), key, b"")
 
 
+def frame_body(body: bytes, *, key: bytes, prefix: bytes = b"", compact: bool = False) -> bytes:
+    """A record body (msgpack bytes, a checkpoint's compact form when ``compact``)
+    framed uncompressed over ``key`` and ``prefix``: the record a turn pack's entry
+    reads as (docs/design.md, "Turn packs")."""
+    return _seal_body(TAG_PLAIN | (COMPACT if compact else 0), body, key, prefix)
+
+
 def _seal(framed: bytes, key: bytes | None, prefix: bytes) -> bytes:
     """``framed`` with its tag's KEYED bit set when there is a key, and its CRC."""
     if key is not None:

@@ -41,6 +41,7 @@ from deltalog.engine.table_check import verify_tables
 from deltalog.engine.txn_base import (
     DB_NAMES,
     MEMORY_DB_NAMES,
+    PACK_DB_NAMES,
 )
 from deltalog.engine.write_txn import WriteTxn
 
@@ -622,7 +623,7 @@ class Environment(EnvironmentBase):
             subdir=False,
             lock=False,
             map_size=max(int(info["map_size"]), self.used_bytes() * 2),
-            max_dbs=len(DB_NAMES) + len(MEMORY_DB_NAMES) + 1,
+            max_dbs=len(DB_NAMES) + len(PACK_DB_NAMES) + len(MEMORY_DB_NAMES) + 1,
             mode=0o600,
         )
         try:
@@ -686,7 +687,9 @@ class Environment(EnvironmentBase):
             "used_bytes": self.used_bytes(),
         }
         with self.read() as r:
-            for name in DB_NAMES:
+            for name in DB_NAMES + PACK_DB_NAMES:
+                if getattr(self._dbs, name) is None:  # packs of a read-only older store
+                    continue
                 st = r.txn.stat(getattr(self._dbs, name))
                 out[name] = {
                     "entries": st["entries"],

@@ -256,6 +256,15 @@ def check_durable(durable: Any) -> None:
     )
 
 
+def check_pack_turns(pack_turns: Any) -> None:
+    """The ``pack_turns`` option, or :class:`InvalidInputError` naming it."""
+    if pack_turns is not True and pack_turns is not False:
+        raise InvalidInputError(
+            f"pack_turns={pack_turns!r}: need True (pack a thread's older records, the "
+            "default) or False (write none)"
+        )
+
+
 def check_sizes(map_size: Any, max_map_size: Any, max_readers: Any) -> None:
     """The environment's size options, or :class:`InvalidInputError` naming the bad one."""
     for name, value, low in (

@@ -22,6 +22,7 @@ from deltalog.engine.env_files import (
     Durable,
     check_data_file,
     check_durable,
+    check_pack_turns,
     check_sizes,
     lock_held,
     readonly_lock,
@@ -46,9 +47,11 @@ from deltalog.engine.migrations import pending
 from deltalog.engine.names import (
     NAMES_CRC_FORMAT,
 )
+from deltalog.engine.packs import Pack
 from deltalog.engine.txn_base import (
     DB_NAMES,
     MEMORY_DB_NAMES,
+    PACK_DB_NAMES,
     Dbs,
 )
 
@@ -175,9 +178,11 @@ class EnvironmentBase:
         delta_blobs: bool = True,
         memo_entries: int | None = None,
         caches: CachePolicy | None = None,
+        pack_turns: bool = True,
     ) -> None:
         check_sizes(map_size, max_map_size, max_readers)
         check_durable(durable)
+        check_pack_turns(pack_turns)
         self.path = store_folder(path)
         self.map_size = map_size
         self.max_map_size = max_map_size
@@ -187,12 +192,17 @@ class EnvironmentBase:
         self.readonly = readonly
         self.max_readers = max_readers
         self.delta_blobs = delta_blobs
+        # Whether puts pack the records behind a namespace's head (docs/design.md,
+        # "Turn packs"); off, a store reads its packs and writes none.
+        self.pack_turns = pack_turns
         caches = caches if caches is not None else CachePolicy()
         if memo_entries is not None:
             caches = dataclasses.replace(caches, memo_entries=memo_entries)
         self.caches = caches
         self.payloads = PayloadCache(caches.payload_bytes)
         self.envelopes = EnvelopeCache(caches.envelope_entries)
+        # Decoded turn packs by (index key, stored bytes): TxnBase.pack.
+        self.pack_cache: dict[tuple[bytes, bytes], Pack] = {}
         self.memo = HistoryMemo(caches.memo_entries, caches.memo_bytes)
         self._name_ids: NameCache[tuple[bytes, str], int] = NameCache(caches.name_entries)
         self._names: NameCache[tuple[bytes, int], str] = NameCache(caches.name_entries)
@@ -279,7 +289,7 @@ class EnvironmentBase:
             return lmdb.open(
                 os.fsencode(self.path),  # not str: LMDB would take it as UTF-8
                 map_size=size,
-                max_dbs=len(DB_NAMES) + len(MEMORY_DB_NAMES) + 1,
+                max_dbs=len(DB_NAMES) + len(PACK_DB_NAMES) + len(MEMORY_DB_NAMES) + 1,
                 max_readers=self.max_readers,
                 sync=self.durable is not False,
                 metasync=self.durable is True,
@@ -408,21 +418,20 @@ class EnvironmentBase:
             # Without txn=: py-lmdb opens (and commits) its own transaction, so
             # the handles outlive it; a read transaction would discard them.
             handles = {name: self.env.open_db(name.encode(), create=False) for name in DB_NAMES}
-            for name in MEMORY_DB_NAMES:
+            for name in PACK_DB_NAMES + MEMORY_DB_NAMES:
                 with contextlib.suppress(lmdb.NotFoundError):
                     handles[name] = self.env.open_db(name.encode(), create=False)
         else:
             with self.env.begin(write=True) as txn:
                 meta = self.env.open_db(b"meta", txn=txn)
                 raw = txn.get(b"format_version", db=meta)
-                if raw is not None:
-                    # A newer or malformed format is refused before this
-                    # transaction creates anything (it aborts): the file stays as it was.
-                    read_format_version(raw, self.path)
-                handles = {
-                    name: self.env.open_db(name.encode(), txn=txn)
-                    for name in DB_NAMES + MEMORY_DB_NAMES
-                }
+                # A newer or malformed format is refused before this transaction
+                # creates anything (it aborts): the file stays as it was. The packs'
+                # databases come with format 14: an older store gets them once its
+                # upgrade committed (_init_dbs), so a failed upgrade changes nothing.
+                current = raw is None or read_format_version(raw, self.path) >= keys.PACKS_FORMAT
+                names = DB_NAMES + (PACK_DB_NAMES if current else ()) + MEMORY_DB_NAMES
+                handles = {name: self.env.open_db(name.encode(), txn=txn) for name in names}
                 if raw is None:
                     txn.put(
                         b"format_version",
@@ -456,6 +465,9 @@ class EnvironmentBase:
         self.format_version = version
         if version != keys.FORMAT_VERSION and not self.readonly:
             version = self._migrate()
+            with self.env.begin(write=True) as txn:
+                for name in PACK_DB_NAMES:
+                    setattr(self._dbs, name, self.env.open_db(name.encode(), txn=txn))
         self.format_version = version
         self._names_crc = version >= NAMES_CRC_FORMAT
 

@@ -1,6 +1,6 @@
 """The on-disk key layout of a deltalog store. No other module builds key bytes.
 
-One LMDB environment holds these named databases (``FORMAT_VERSION`` = 13):
+One LMDB environment holds these named databases (``FORMAT_VERSION`` = 14):
 
 ============  ==========================================================  ==========================
 database      key (byte encoding, in order)                               value
@@ -18,6 +18,8 @@ writes        thread(uid) · ns(uid) · checkpoint_id(id) · task_id(tid)    cha
 blobs         thread(uid) · ns(uid) · version(ver) · channel(uid)         blob record
               (format 10; before, channel(uid) · version(ver) after ns)
 runs          run_id(run) · thread(uid) · ns(uid) · checkpoint_id(id)     empty
+packs         sequence number (u64 BE) (format 14)                        a turn pack (engine/packs.py)
+pack_index    the pack's greatest checkpoint or write key                 its sequence number (u64 BE)
 item_ns       ``0x00`` · namespace name-key                              namespace id (u64 BE)
               ``0x01`` · namespace id (u64 BE, fixed)                     namespace record
               ``0x02`` (format 5: the memory change counter)              u64 BE · crc32
@@ -127,6 +129,7 @@ __all__ = [
     "KIND_TASK_PATH",
     "KIND_THREAD",
     "MAX_KEY",
+    "PACKS_FORMAT",
     "READABLE_FORMATS",
     "WDEP",
     "WRITE_KEYS_FORMAT",
@@ -186,7 +189,7 @@ __all__ = [
     "write_suffix",
 ]
 
-FORMAT_VERSION: Final = 13
+FORMAT_VERSION: Final = 14
 #: Formats this version reads. Formats 2 and 3 only added record shapes (delta
 #: blobs over writes, small values inside checkpoint records); format 4 put a
 #: CRC on the name records, format 5 a CRC over each record's key (checkpoints,
@@ -202,7 +205,9 @@ FORMAT_VERSION: Final = 13
 #: form (:mod:`deltalog.engine.checkpoint_form`), format 13 that form's step past the 14 bits of the
 #: id's clock sequence. A writable open upgrades an older store through
 #: :data:`deltalog.engine.migrations.MIGRATIONS`; a read-only open reads it as it is.
-READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13})
+READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14})
+#: The first format with turn packs (the ``packs`` and ``pack_index`` databases).
+PACKS_FORMAT: Final = 14
 #: The first format whose records (and trained dictionaries) carry a CRC over their key.
 KEYED_FORMAT: Final = 5
 #: The first format whose write keys hold the task id alone (the task path is in the record).

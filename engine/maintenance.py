@@ -376,6 +376,8 @@ class Maintenance:
                 return report
             try:
                 with self.env.read() as r:
+                    for kind, detail in r.verify_packs():
+                        report.problems.append(Problem(kind, "error", None, None, None, detail))
                     for t in r.threads():
                         try:
                             groups.append((r.name_of(keys.KIND_THREAD, t), t))

@@ -1,7 +1,8 @@
 """Cursors over records held in two places: plain LMDB entries and turn packs.
 
-Work in progress for the turn pack (docs/design.md, "Turn packs"): nothing
-in the engine uses these cursors yet. They have the moves of a py-lmdb cursor
+The read view of the turn packs (docs/design.md, "Turn packs"):
+:meth:`~deltalog.engine.txn_base.TxnBase.checkpoint_cursor` and
+``write_cursor`` hand these out in a store that has packs. They have the moves of a py-lmdb cursor
 that the record readers use (``set_key``, ``set_range``, ``first``, ``last``,
 ``next``, ``prev``, ``key``, ``value``, ``iternext``, iteration), with one
 difference kept on purpose: after a move that fails the cursor is not

@@ -68,6 +68,9 @@ step        what changes on disk
 12 → 13     nothing is rewritten: format 13 only adds compact records whose
             metadata source number is past 3 (the step's turns of the id's
             14-bit clock sequence); format 12 records still read
+13 → 14     nothing is rewritten: format 14 adds the turn packs'
+            databases (``packs``, ``pack_index``, created by the writable
+            open), which older code would not read; plain records still read
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only
@@ -400,6 +403,7 @@ MIGRATIONS: Final[tuple[tuple[int, int, Migration], ...]] = (
     (10, 11, _records_only_added),
     (11, 12, _records_only_added),
     (12, 13, _records_only_added),
+    (13, 14, _records_only_added),
 )
 
 

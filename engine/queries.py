@@ -143,13 +143,12 @@ class QueryReads(HistoryReads):
         """
         out: dict[int, ThreadSummary] = {}
         cur = self.checkpoint_cursor()
-        for key, value in cur.iternext(keys=True, values=True):
+        for key in cur.iternext(keys=True, values=False):
             (t, n), pos = keys.split_ids(key, 2)
             s = out.get(t)
             if s is None:
                 s = out[t] = ThreadSummary(self.name_of(keys.KIND_THREAD, t))
             s.checkpoints += 1
-            s.bytes += len(key) + len(value)
             ns = self.name_of(keys.KIND_NS, n)
             if ns not in s.namespaces:
                 s.namespaces.append(ns)
@@ -157,17 +156,20 @@ class QueryReads(HistoryReads):
             if ns == "" and (s.newest_key is None or cid > s.newest_key):
                 s.newest_key = cid
                 s.newest_id = keys.decode_id(key, pos)[0]
-        dbs = self.record_dbs()
-        for name in ("writes", "blobs"):
-            cur = self.txn.cursor(db=dbs[name])
-            for key, value in cur.iternext(keys=True, values=True):
-                s = out.get(keys.decode_uid(key, 0)[0])
-                if s is not None:
-                    s.bytes += len(key) + len(value)
-                    if name == "writes":
-                        s.writes += 1
-                    else:
-                        s.blobs += 1
+        for key in self.write_cursor().iternext(keys=True, values=False):
+            s = out.get(keys.decode_uid(key, 0)[0])
+            if s is not None:
+                s.writes += 1
+        # Bytes as stored: plain records, and each pack (with its index entry) whole.
+        for key, value in self.raw_records():
+            s = out.get(keys.decode_uid(key, 0)[0])
+            if s is not None:
+                s.bytes += len(key) + len(value)
+        for key, value in self.txn.cursor(db=self.dbs.blobs).iternext(keys=True, values=True):
+            s = out.get(keys.decode_uid(key, 0)[0])
+            if s is not None:
+                s.bytes += len(key) + len(value)
+                s.blobs += 1
         return list(out.values())
 
     def channel_sizes(self) -> dict[str, dict[str, int]]:
@@ -314,7 +316,7 @@ class QueryReads(HistoryReads):
             cur = self.txn.cursor(db=db)
             if cur.set_range(prefix) and cur.key().startswith(prefix):
                 return True
-        return False
+        return self.has_packs_under(prefix)
 
     def run_checkpoints(self, run_id: str) -> list[tuple[int, int, str]]:
         """(thread, ns, checkpoint_id) of every checkpoint indexed under ``run_id``."""

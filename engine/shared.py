@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from deltalog.engine.codec import RecordCodec
 from deltalog.engine.config import MEMORY
 from deltalog.engine.env import Environment
-from deltalog.engine.env_files import check_durable, check_sizes
+from deltalog.engine.env_files import check_durable, check_pack_turns, check_sizes
 from deltalog.engine.errors import InvalidInputError
 
 __all__ = ["ClosingContext", "open_path", "open_shared", "release_shared"]
@@ -82,6 +82,7 @@ def open_shared(path: str | os.PathLike[str], options: dict[str, Any]) -> Enviro
     # Named as bad before "already open with other options" could hide them.
     check_sizes(options["map_size"], options["max_map_size"], options["max_readers"])
     check_durable(options["durable"])
+    check_pack_turns(options["pack_turns"])
     real = os.path.realpath(os.fspath(path))
     with _SHARED_LOCK:
         entry = _SHARED.get(real)
@@ -103,6 +104,7 @@ def open_shared(path: str | os.PathLike[str], options: dict[str, Any]) -> Enviro
             durable=options["durable"],
             codec=RecordCodec(compress_threshold=options["compress_threshold"]),
             group_commit=options["group_commit"],
+            pack_turns=options["pack_turns"],
             max_readers=options["max_readers"],
         )
         _SHARED[real] = (store, options, 1)

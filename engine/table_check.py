@@ -26,6 +26,7 @@ from deltalog.engine.names import (
 from deltalog.engine.read_txn import ReadTxn
 from deltalog.engine.txn_base import (
     NAME_KINDS,
+    PACK_DB_NAMES,
 )
 
 logger = logging.getLogger(__name__)
@@ -60,10 +61,17 @@ except lmdb.Error:  # no write access to lock.mdb: read as a lock-free reader do
     except lmdb.Error as exc:
         sys.exit("cannot open: " + str(exc))
 for name in sys.argv[3:]:
+    optional = name.startswith("?")  # absent from a store older than it
+    name = name.lstrip("?")
     print("D", name, flush=True)
     key = b""
     try:
-        db = env.open_db(name.encode(), create=False)
+        try:
+            db = env.open_db(name.encode(), create=False)
+        except lmdb.NotFoundError:
+            if optional:
+                continue
+            raise
         with env.begin() as txn:
             cur = txn.cursor(db=db)
             for n, (key, value) in enumerate(cur.iternext()):
@@ -91,7 +99,16 @@ class TableCheck:
     """
 
     #: Walk order: the name tables first, so the other keys' ids can be checked.
-    ORDER: Final = ("names_rev", "names", "checkpoints", "writes", "blobs", "runs", "meta")
+    ORDER: Final = (
+        "names_rev",
+        "names",
+        "checkpoints",
+        "writes",
+        "blobs",
+        "runs",
+        "meta",
+        "pack_index",
+    )
 
     def __init__(self, r: ReadTxn) -> None:
         self.out: list[tuple[str, str | None, str]] = []
@@ -122,6 +139,8 @@ class TableCheck:
         """Check the keys of ``db_name`` from ``start`` on; returns where to resume in a
         new transaction after LMDB reported damage (which ends this one), else None."""
         db = getattr(r.dbs, db_name)
+        if db is None:  # the packs of a read-only older store
+            return None
         check = getattr(self, f"check_{db_name}")
         cur = r.txn.cursor(db=db)
         # The child's page walk (page_walk) found LMDB's view sound.
@@ -195,6 +214,17 @@ class TableCheck:
         self.need(keys.KIND_THREAD, t)
         self.need(keys.KIND_NS, n)
         self.need(keys.KIND_CHANNEL, split_write_value(raw)[1])
+
+    def check_pack_index(self, key: bytes, raw: bytes) -> None:
+        """A pack's index key is its greatest entry's: a checkpoint or a write key."""
+        try:
+            t, n, *_ = keys.decode_write_key(key)
+        except CorruptRecordError:
+            t, n, _ = keys.decode_checkpoint_key(key)
+        self.need(keys.KIND_THREAD, t)
+        self.need(keys.KIND_NS, n)
+        if len(raw) != 8:
+            raise CorruptRecordError(f"holds {len(raw)} bytes, not a pack's number")
 
     def check_blobs(self, key: bytes, raw: bytes) -> None:
         t, n, c, _ = keys.decode_blob_key(key, legacy=self.legacy_blobs)
@@ -278,7 +308,8 @@ def page_walk(path: str, *, locked: bool) -> list[tuple[str, str | None, str]]:
                 _PAGE_WALK,
                 path,
                 "1" if locked else "0",
-                *TableCheck.ORDER,
+                *(f"?{n}" if n in PACK_DB_NAMES else n for n in TableCheck.ORDER),
+                "?packs",
             ],
             capture_output=True,
             text=True,

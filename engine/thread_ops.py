@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 from deltalog.engine import keys
 from deltalog.engine.checkpoint_writes import CheckpointWrites
+from deltalog.engine.codec import COMPACT, KEYED, TAG_PLAIN
 from deltalog.engine.core import Plan
 from deltalog.engine.envelope import CheckpointEnvelope, parent_in, split_write_value
 from deltalog.engine.errors import (
     InvalidInputError,
     ThreadExistsError,
 )
+from deltalog.engine.packs import body_of
 from deltalog.engine.store_rows import (
     FLAG_HIDDEN,
     BlobRow,
@@ -134,7 +136,14 @@ class ThreadWrites(CheckpointWrites):
                 # Read a chunk, then write it: puts while a cursor walks the same
                 # database could move the cursor.
                 chunk: list[tuple[bytes, bytes]] = []
-                cur = self.txn.cursor(db=db)
+                # Checkpoints and writes through their cursors: packed ones too,
+                # copied as the plain records they read as.
+                if name == "checkpoints":
+                    cur = self.checkpoint_cursor()
+                elif name == "writes":
+                    cur = self.write_cursor()
+                else:
+                    cur = self.txn.cursor(db=db)
                 ok = cur.set_range(start)
                 if ok and start != prefix and cur.key() == start:
                     ok = cur.next()
@@ -173,12 +182,24 @@ class ThreadWrites(CheckpointWrites):
         channel-id prefix stays in front. Meta marks are copied as they are.
         """
         where = f"{db_name}/{key.hex()}"
-        if db_name in ("checkpoints", "blobs"):
+        if db_name == "blobs":
             return self.codec.rekey(value, key, new_key, where)
+        cbytes, record = b"", value
         if db_name == "writes":
             cbytes, _, record = split_write_value(value)
-            return cbytes + self.codec.rekey(record, key, new_key, where, prefix=cbytes)
-        return value
+        elif db_name != "checkpoints":
+            return value
+        found = (
+            body_of(self.codec, key, record, cbytes)
+            if record[0] & ~KEYED & ~COMPACT == TAG_PLAIN
+            else None
+        )
+        if found is not None:
+            # A packed entry reads as an uncompressed record: stored alone, compress it.
+            return cbytes + self.codec.encode_body(
+                found[0], prefix=cbytes, key=new_key, compact=found[1]
+            )
+        return cbytes + self.codec.rekey(record, key, new_key, where, prefix=cbytes)
 
     def import_records(
         self, records: Sequence[dict[str, Any]], *, first_lines: Mapping[str, int] | None = None
@@ -263,5 +284,6 @@ class ThreadWrites(CheckpointWrites):
                 )
         for db in self.record_dbs().values():
             self.delete_prefix(db, prefix)
+        self.delete_packs_under(prefix)
         self.delete_prefix(self.dbs.meta, keys.WDEP + prefix)
         self.delete_prefix(self.dbs.meta, keys.FWD + prefix)

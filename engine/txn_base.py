@@ -11,6 +11,7 @@ put them together. Valid only inside ``Environment.read()`` / ``Environment.writ
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,17 +26,27 @@ from deltalog.engine.envelope import (
     blobbed_of,
     inline_of,
     read_format_version,
+    split_write_value,
 )
 from deltalog.engine.errors import (
     CorruptRecordError,
     DeltaLogError,
 )
+from deltalog.engine.merged import Entry, MergedCursor, PackCursor
 from deltalog.engine.names import (
     NAMES_CRC_FORMAT,
     decode_name_id,
     decode_name_rev,
     encode_name_id,
     encode_name_rev,
+)
+from deltalog.engine.packs import (
+    PACK_KEEP,
+    PACK_MIN,
+    Pack,
+    body_of,
+    decode_pack,
+    encode_pack,
 )
 from deltalog.engine.store_rows import (
     CheckpointRow,
@@ -47,10 +58,18 @@ if TYPE_CHECKING:
     from deltalog.engine.env_open import EnvironmentBase
 
 DB_NAMES: Final = ("meta", "names", "names_rev", "checkpoints", "writes", "blobs", "runs")
+# The turn packs (format 14, docs/design.md "Turn packs"): the log of packs by
+# sequence number, and the index from each pack's greatest entry key to its
+# number. Created by the first writable open; absent (handle None, no packs) in
+# a read-only open of an older store.
+PACK_DB_NAMES: Final = ("packs", "pack_index")
 # The long-term memory store's databases (deltalog.engine.memory_io): created by
 # the first writable open; absent (handle None, read as empty) in a read-only
 # open of a store no writable open of this version touched.
 MEMORY_DB_NAMES: Final = ("items", "item_ns", "item_vectors", "item_ttl")
+
+# Decoded packs an environment keeps (cleared when full, like the envelopes).
+PACK_CACHE_ENTRIES: Final = 4096
 
 # A walk that finds no seed after this many ancestors is reading a damaged chain.
 MAX_WALK: Final = 1_000_000
@@ -68,6 +87,8 @@ class Dbs:
     writes: Any
     blobs: Any
     runs: Any
+    packs: Any = None
+    pack_index: Any = None
     items: Any = None
     item_ns: Any = None
     item_vectors: Any = None
@@ -228,30 +249,116 @@ class TxnBase:
         )
 
     # -- checkpoint and write records ---------------------------------------------
-    # The one owner of the `checkpoints` and `writes` databases: every read and
-    # write of their records goes through the methods below (tests/test_layers.py
-    # holds every other module to that; migrations keep their raw access). A turn
-    # pack's merged view (docs/design.md, "Turn packs") takes their place here.
+    # The one owner of the `checkpoints` and `writes` databases and of the turn
+    # packs (docs/design.md, "Turn packs"): every read and write of their records
+    # goes through the methods below (tests/test_layers.py holds every other
+    # module to that; migrations keep their raw access).
+
+    # Whether this transaction's snapshot holds a pack (None: not looked yet).
+    _packs_on: bool | None = None
+
+    def packs_on(self) -> bool:
+        """Whether the store holds any turn pack in this snapshot (one seek, once
+        a transaction; a store without packs reads its plain records alone)."""
+        on = self._packs_on
+        if on is None:
+            db = self.dbs.pack_index
+            on = self._packs_on = db is not None and bool(self.txn.cursor(db=db).first())
+        return on
+
+    def pack(self, index_key: bytes, seq: bytes) -> Pack:
+        """The pack numbered ``seq`` whose index key is ``index_key`` (decoded once
+        per stored bytes: the environment keeps the latest ones).
+
+        Raises:
+            CorruptRecordError: The index names a pack that is not there, or the
+                pack is damaged (:func:`~deltalog.engine.packs.decode_pack`).
+        """
+        raw = self.txn.get(seq, db=self.dbs.packs)
+        where = f"packs/{bytes(seq).hex()}"
+        if raw is None:
+            raise CorruptRecordError(
+                f"pack_index/{bytes(index_key).hex()} names {where}, which is missing; run "
+                "`deltalog verify`"
+            )
+        cache = self.env.pack_cache
+        hit = cache.get((index_key, raw))
+        if hit is None:
+            hit = decode_pack(self.codec, bytes(index_key), bytes(raw), where)
+            if len(cache) >= PACK_CACHE_ENTRIES:
+                cache.clear()
+            cache[(bytes(index_key), bytes(raw))] = hit
+        return hit
+
+    def pack_at(self, key: bytes) -> tuple[bytes, bytes, Pack] | None:
+        """``(index key, number, pack)`` of the pack whose key range holds ``key``
+        (the one with the smallest index key at or above it, if its least key is
+        not above ``key``), or None."""
+        if not self.packs_on():
+            return None
+        cur = self.txn.cursor(db=self.dbs.pack_index)
+        if not cur.set_range(key):
+            return None
+        index_key, seq = bytes(cur.key()), bytes(cur.value())
+        found = self.pack(index_key, seq)
+        return (index_key, seq, found) if found.least <= key else None
+
+    def _merged(self, plain: Any, kind: int) -> Any:
+        """``plain`` merged with the packs' entries of ``kind`` (0 checkpoints, 1 writes)."""
+        if not self.packs_on():
+            return plain
+
+        def load(index_key: bytes, seq: bytes) -> list[Entry]:
+            found = self.pack(index_key, seq)
+            return found.checkpoints if kind == 0 else found.writes
+
+        return MergedCursor(plain, PackCursor(self.txn.cursor(db=self.dbs.pack_index), load))
+
+    def _packed_get(self, key: bytes, kind: int) -> bytes | None:
+        found = self.pack_at(key)
+        if found is None:
+            return None
+        entries = found[2].checkpoints if kind == 0 else found[2].writes
+        at = bisect.bisect_left(entries, (key, b""))
+        return entries[at][1] if at < len(entries) and entries[at][0] == key else None
 
     def checkpoint_cursor(self) -> Any:
-        """A cursor over the checkpoint records in key order, with LMDB's moves
-        (``set_key``, ``set_range``, ``first``, ``last``, ``next``, ``prev``,
-        ``key``, ``value``, ``iternext``)."""
-        return self.txn.cursor(db=self.dbs.checkpoints)
+        """A cursor over the checkpoint records in key order, plain and packed, with
+        LMDB's moves (``set_key``, ``set_range``, ``first``, ``last``, ``next``,
+        ``prev``, ``key``, ``value``, ``iternext``; :mod:`~deltalog.engine.merged`)."""
+        return self._merged(self.txn.cursor(db=self.dbs.checkpoints), 0)
 
     def write_cursor(self) -> Any:
         """A cursor over the write records in key order (see :meth:`checkpoint_cursor`)."""
-        return self.txn.cursor(db=self.dbs.writes)
+        return self._merged(self.txn.cursor(db=self.dbs.writes), 1)
 
     def checkpoint_raw(self, key: bytes) -> bytes | None:
-        """The stored checkpoint record at ``key``, or None."""
+        """The checkpoint record at ``key`` (plain, or as a packed entry reads), or None."""
         raw: bytes | None = self.txn.get(key, db=self.dbs.checkpoints)
-        return raw
+        return raw if raw is not None else self._packed_get(key, 0)
 
     def write_raw(self, key: bytes) -> bytes | None:
-        """The stored write (channel uid, then the record) at ``key``, or None."""
+        """The write (channel uid, then the record) at ``key``, or None."""
         raw: bytes | None = self.txn.get(key, db=self.dbs.writes)
-        return raw
+        return raw if raw is not None else self._packed_get(key, 1)
+
+    def raw_records(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every checkpoint and write record and every pack as stored: ``(key, value)``
+        of the plain records, then ``(index key, number · pack)`` of each pack (for
+        the bytes a thread takes, not to read records by)."""
+        for db in (self.dbs.checkpoints, self.dbs.writes):
+            yield from self.txn.cursor(db=db).iternext(keys=True, values=True)
+        if self.packs_on():
+            for index_key, seq in self.txn.cursor(db=self.dbs.pack_index):
+                raw = self.txn.get(seq, db=self.dbs.packs)
+                yield bytes(index_key), bytes(seq) + (bytes(raw) if raw is not None else b"")
+
+    def has_packs_under(self, prefix: bytes) -> bool:
+        """Whether a pack's index key starts with ``prefix`` (a thread's)."""
+        if not self.packs_on():
+            return False
+        cur = self.txn.cursor(db=self.dbs.pack_index)
+        return bool(cur.set_range(prefix)) and bytes(cur.key()).startswith(prefix)
 
     def record_dbs(self) -> dict[str, Any]:
         """The databases a thread's records live in, by name (``checkpoints``,
@@ -275,13 +382,27 @@ class TxnBase:
         return key if key.startswith(prefix) else None
 
     def latest_key(self, t: int, n: int) -> bytes | None:
-        """Key of the greatest checkpoint id in (thread, ns): one cursor seek (R4)."""
+        """Key of the greatest checkpoint id in (thread, ns): one cursor seek (R4), and
+        in a store with packs one more, in the index (the newest checkpoints stay plain:
+        a plain key above the namespace's last pack is the latest)."""
         prefix = keys.ns_prefix(t, n)
-        cur = self.checkpoint_cursor()
-        found = cur.prev() if cur.set_range(prefix_end(prefix)) else cur.last()
-        if not found:
-            return None
-        key: bytes = cur.key()
+        end = prefix_end(prefix)
+        cur = self.txn.cursor(db=self.dbs.checkpoints)
+        found = cur.prev() if cur.set_range(end) else cur.last()
+        plain: bytes | None = bytes(cur.key()) if found else None
+        if plain is not None and not plain.startswith(prefix):
+            plain = None
+        if not self.packs_on():
+            return plain
+        index = self.txn.cursor(db=self.dbs.pack_index)
+        found = index.prev() if index.set_range(end) else index.last()
+        if not found or not bytes(index.key()).startswith(prefix):
+            return plain
+        if plain is not None and plain > bytes(index.key()):
+            return plain
+        merged = self.checkpoint_cursor()  # the latest is packed (after deletions)
+        found = merged.prev() if merged.set_range(end) else merged.last()
+        key: bytes = merged.key() if found else b""
         return key if key.startswith(prefix) else None
 
     def is_latest(self, t: int, n: int, checkpoint_id: str | None) -> bool:
@@ -428,23 +549,126 @@ class WriteBase(TxnBase):
 
     def put_checkpoint_raw(self, key: bytes, raw: bytes) -> None:
         """Store a framed checkpoint record at ``key`` (replacing one there)."""
+        self.unpack(key)
         self.txn.put(key, raw, db=self.dbs.checkpoints)
 
     def put_write_raw(self, key: bytes, raw: bytes, *, overwrite: bool = True) -> bool:
         """Store a write (channel uid, then the framed record) at ``key``; with
         ``overwrite`` False a write already there stays. Returns whether it was stored."""
+        self.unpack(key)
         stored: bool = self.txn.put(key, raw, overwrite=overwrite, db=self.dbs.writes)
         return stored
 
     def delete_checkpoint_raw(self, key: bytes) -> bool:
         """Delete the checkpoint record at ``key`` (not its writes); whether there was one."""
+        self.unpack(key)
         deleted: bool = self.txn.delete(key, db=self.dbs.checkpoints)
         return deleted
 
     def delete_writes_raw(self, prefix: bytes) -> int:
         """Delete every write whose key starts with ``prefix`` (a checkpoint's key:
         its writes); return how many."""
+        self.unpack(prefix, prefix_end(prefix))
         return self.delete_prefix(self.dbs.writes, prefix)
+
+    # -- turn packs (docs/design.md, "Turn packs") -------------------------------------
+
+    def unpack(self, key: bytes, below: bytes | None = None) -> int:
+        """Turn the pack whose key range holds ``key`` (with ``below``: any key from
+        ``key`` up to, not including, ``below``) back into plain records, so a
+        put or delete there changes plain records only. Returns how many records
+        it wrote."""
+        if not self.packs_on():
+            return 0
+        cur = self.txn.cursor(db=self.dbs.pack_index)
+        if not cur.set_range(key):
+            return 0
+        index_key, seq = bytes(cur.key()), bytes(cur.value())
+        found = self.pack(index_key, seq)
+        if found.least > key if below is None else found.least >= below:
+            return 0
+        for ckey, body, compact in found.checkpoint_bodies:
+            raw = self.codec.encode_body(body, key=ckey, compact=compact)
+            self.txn.put(ckey, raw, db=self.dbs.checkpoints)
+        for wkey, body, channel in found.write_bodies:
+            raw = channel + self.codec.encode_body(body, prefix=channel, key=wkey)
+            self.txn.put(wkey, raw, db=self.dbs.writes)
+        self.txn.delete(index_key, db=self.dbs.pack_index)
+        self.txn.delete(seq, db=self.dbs.packs)
+        return len(found.checkpoint_bodies) + len(found.write_bodies)
+
+    def pack_behind(self, t: int, n: int) -> bool:
+        """Pack the oldest :data:`~deltalog.engine.packs.PACK_MIN` plain checkpoints of
+        (thread, ns) after its last pack, and their writes, when more than
+        :data:`~deltalog.engine.packs.PACK_KEEP` plain ones follow them. Records
+        over :data:`~deltalog.engine.packs.PACK_RECORD_MAX` stay plain. Returns
+        whether it wrote a pack."""
+        if self.dbs.packs is None:
+            return False
+        prefix = keys.ns_prefix(t, n)
+        start = prefix
+        if self.packs_on():
+            icur = self.txn.cursor(db=self.dbs.pack_index)
+            ok = icur.prev() if icur.set_range(prefix_end(prefix)) else icur.last()
+            if ok and bytes(icur.key()).startswith(prefix):
+                start = bytes(icur.key()) + b"\x00"
+        cur = self.txn.cursor(db=self.dbs.checkpoints)
+        plain: list[bytes] = []
+        ok = cur.set_range(start)
+        while ok and len(plain) < PACK_KEEP + PACK_MIN:
+            ckey = bytes(cur.key())
+            if not ckey.startswith(prefix):
+                break
+            plain.append(ckey)
+            ok = cur.next()
+        if len(plain) < PACK_KEEP + PACK_MIN:
+            return False
+        bound = plain[PACK_MIN]
+        checkpoints: list[tuple[bytes, bytes, bool]] = []
+        for ckey in plain[:PACK_MIN]:
+            found = body_of(self.codec, ckey, bytes(self.txn.get(ckey, db=self.dbs.checkpoints)))
+            if found is not None:
+                checkpoints.append((ckey, found[0], found[1]))
+        writes: list[tuple[bytes, bytes, bytes]] = []
+        wcur = self.txn.cursor(db=self.dbs.writes)
+        ok = wcur.set_range(plain[0])
+        while ok:
+            wkey = bytes(wcur.key())
+            if wkey >= bound:
+                break
+            channel, _, record = split_write_value(bytes(wcur.value()))
+            found = body_of(self.codec, wkey, record, channel)
+            if found is not None:
+                writes.append((wkey, found[0], channel))
+            ok = wcur.next()
+        if not checkpoints and not writes:
+            return False
+        index_key, record = encode_pack(self.codec, checkpoints, writes)
+        log = self.txn.cursor(db=self.dbs.packs)
+        seq = (int.from_bytes(log.key(), "big") + 1 if log.last() else 1).to_bytes(8, "big")
+        self.txn.put(seq, record, db=self.dbs.packs, append=True)
+        self.txn.put(index_key, seq, db=self.dbs.pack_index)
+        for ckey, _, _ in checkpoints:
+            self.txn.delete(ckey, db=self.dbs.checkpoints)
+        for wkey, _, _ in writes:
+            self.txn.delete(wkey, db=self.dbs.writes)
+        self._packs_on = True
+        return True
+
+    def delete_packs_under(self, prefix: bytes) -> int:
+        """Delete every pack whose index key starts with ``prefix`` (a thread's)."""
+        if not self.packs_on():
+            return 0
+        cur = self.txn.cursor(db=self.dbs.pack_index)
+        doomed: list[tuple[bytes, bytes]] = []
+        ok = cur.set_range(prefix)
+        while ok and bytes(cur.key()).startswith(prefix):
+            doomed.append((bytes(cur.key()), bytes(cur.value())))
+            ok = cur.next()
+        for index_key, seq in doomed:
+            self.txn.delete(index_key, db=self.dbs.pack_index)
+            self.txn.delete(seq, db=self.dbs.packs)
+        return len(doomed)
 
     def delete_prefix(self, db: Any, prefix: bytes) -> int:
         """Delete every key starting with ``prefix``; return how many."""

@@ -11,6 +11,7 @@ from deltalog.engine.envelope import (
     RawNode,
     split_write_value,
 )
+from deltalog.engine.errors import CorruptRecordError
 from deltalog.engine.queries import QueryReads
 
 if TYPE_CHECKING:
@@ -31,6 +32,27 @@ class VerifyFindings:
 
 class VerifyReads(QueryReads):
     """Decode and cross-check every record of one (thread, ns) group."""
+
+    def verify_packs(self) -> list[tuple[str, str]]:
+        """``(kind, detail)`` of each damaged turn pack (format 14): an index entry
+        whose pack is missing or does not decode (CRC, order, range), or a pack no
+        index entry names. Never raises for damaged data."""
+        problems: list[tuple[str, str]] = []
+        if self.dbs.pack_index is None:
+            return problems
+        named: set[bytes] = set()
+        for index_key, seq in self.txn.cursor(db=self.dbs.pack_index):
+            named.add(bytes(seq))
+            try:
+                self.pack(bytes(index_key), bytes(seq))
+            except CorruptRecordError as exc:
+                problems.append(("damaged_pack", f"pack_index/{bytes(index_key).hex()}: {exc}"))
+        for seq in self.txn.cursor(db=self.dbs.packs).iternext(keys=True, values=False):
+            if bytes(seq) not in named:
+                problems.append(
+                    ("orphan_pack", f"packs/{bytes(seq).hex()}: no index entry names it")
+                )
+        return problems
 
     def verify_group(self, t: int, n: int) -> VerifyFindings:
         """Check one (thread, ns): records decode, parents exist, delta chains reach a seed.

@@ -127,7 +127,7 @@ def test_format_8_dictionary_records_in_a_store_still_read(tmp_path: Path) -> No
     scenario = next(s for s in CHAT_SCENARIOS if s.name == "chat-delta-sf100").with_turns(180)
     path = tmp_path / "store"
     config = thread_config("t")
-    with DeltaLogSaver.from_path(path) as saver:
+    with DeltaLogSaver.from_path(path, pack_turns=False) as saver:  # plain records
         graph = build_graph(scenario, saver)
         for turn in range(scenario.turns):
             graph.invoke({MESSAGES: [human_message(scenario, turn)]}, config)
@@ -151,7 +151,7 @@ def test_format_8_dictionary_records_in_a_store_still_read(tmp_path: Path) -> No
                 _put_raw(saver, handle, key, old)
                 reframed += 1
     assert reframed > 100
-    with DeltaLogSaver.from_path(path) as saver:
+    with DeltaLogSaver.from_path(path, pack_turns=False) as saver:  # plain records
         graph = build_graph(scenario, saver)
         assert [s.values for s in graph.get_state_history(config, limit=40)] == before
         assert saver.verify(deep=True).ok

@@ -529,7 +529,7 @@ def test_flipped_bytes_are_detected_and_named(
     db: str, make_saver: Callable[..., DeltaLogSaver]
 ) -> None:
     """Any byte flipped anywhere in a checkpoint, value or write record makes reads of that checkpoint raise CorruptRecordError naming it (25 random flips)."""
-    saver = make_saver()
+    saver = make_saver(pack_turns=False)  # plain records: the layout read here
     _, target = _victim_store(saver)
     key, raw = _records_of(saver, target)[db]
     rng = random.Random(f"{db}-flips")
@@ -546,7 +546,7 @@ def test_flipped_bytes_are_detected_and_named(
 
 def test_damaged_record_is_contained(make_saver: Callable[..., DeltaLogSaver]) -> None:
     """A damaged checkpoint record: its reads fail with CorruptRecordError naming it, other threads keep reading and writing meanwhile, and verify() reports it."""
-    saver = make_saver()
+    saver = make_saver(pack_turns=False)  # plain records: the layout read here
     graph, target = _victim_store(saver)
     key, raw = _records_of(saver, target)["checkpoints"]
     damaged = bytearray(raw)

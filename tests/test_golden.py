@@ -18,7 +18,7 @@ from deltalog.engine.errors import StoreFullError
 from tests.golden_gen import delta_blobs, raw_summary, read_back
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "golden"
-FORMATS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+FORMATS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
 """Every earlier on-disk format, each written by its own last commit (tests/golden_gen.py)."""
 
 
@@ -83,7 +83,7 @@ def test_the_9_to_10_step_moves_every_blob_to_its_version_major_key(tmp_path: Pa
         env.close()
     assert len(old) >= 5
     with DeltaLogSaver.from_path(store) as saver:
-        assert saver.env.format_version == keys.FORMAT_VERSION == 13
+        assert saver.env.format_version == keys.FORMAT_VERSION == 14
         new = dict(saver.env.iter_db("blobs"))
         assert saver.verify(deep=True).ok
     moved = {keys.blob_key(*keys.decode_blob_key(k, legacy=True)): v for k, v in old.items()}

@@ -50,6 +50,7 @@ LAYERS: dict[str, str] = {
     "deltalog.engine.group_commit": "storage",
     "deltalog.engine.txn_base": "storage",
     "deltalog.engine.merged": "storage",
+    "deltalog.engine.packs": "storage",
     "deltalog.engine.blobs": "storage",
     "deltalog.engine.history": "storage",
     "deltalog.engine.queries": "storage",

@@ -33,6 +33,8 @@ BAD_OPTIONS: dict[str, tuple[dict[str, Any], str]] = {
     "durable='Normal'": ({"durable": "Normal"}, "durable='Normal'"),
     "durable=1": ({"durable": 1}, "durable=1"),
     "durable=None": ({"durable": None}, "durable=None"),
+    "pack_turns=1": ({"pack_turns": 1}, "pack_turns=1"),
+    "pack_turns='no'": ({"pack_turns": "no"}, "pack_turns='no'"),
 }
 
 

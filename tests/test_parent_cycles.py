@@ -186,7 +186,7 @@ def test_cyclic_record_reads_fail_clearly_and_verify_reports_it(
     shape: str, make_saver: Callable[..., DeltaLogSaver]
 ) -> None:
     """A loop written through the raw path (damage, a foreign writer): every walk raises CorruptRecordError naming the thread; verify reports parent_cycle."""
-    saver = make_saver()
+    saver = make_saver(pack_turns=False)  # plain records: the layout read here
     graph = chat(saver, 3)
     chain = ids_oldest_first(saver)
     latest = chain[-1]

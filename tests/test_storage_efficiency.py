@@ -291,7 +291,7 @@ def test_record_dictionary_is_trained_stored_and_shared(
     reads both."""
     from deltalog.engine.codec import TAG_DICT_COMPACT
 
-    saver = make_saver()
+    saver = make_saver(pack_turns=False)  # plain records: the layout read here
     graph = run(saver, 200, 100)  # the final dictionary comes at ~turn 125
     assert saver.env.codec.active_dictionary == 1
     with saver.env.read() as r:
@@ -301,7 +301,7 @@ def test_record_dictionary_is_trained_stored_and_shared(
     assert named.count(0) > 10 and named.count(1) > len(records) // 4
     before = history(graph, cfg("t"))
     # A second saver on the same path (as another process would) decodes dictionary records.
-    other = DeltaLogSaver.from_path(saver.env.path)
+    other = DeltaLogSaver.from_path(saver.env.path, pack_turns=False)  # plain records
     try:
         assert history(chat_graph(100).compile(checkpointer=other), cfg("t")) == before
         assert other.verify(deep=True).ok
@@ -362,11 +362,11 @@ def test_a_young_store_compresses_with_the_early_dictionary(
     records); without it they were stored as they are (under compress_threshold)."""
     from deltalog.engine import codec
 
-    early = make_saver()
+    early = make_saver(pack_turns=False)  # plain records: the layout read here
     run(early, 40, 100)
     assert early.env.codec.active_dictionary == codec.EARLY_DICT
     monkeypatch.setattr(codec, "EARLY_RECORDS", 10**9)  # as before format 9
-    late = make_saver()
+    late = make_saver(pack_turns=False)  # plain records: the layout read here
     run(late, 40, 100)
     assert late.env.codec.active_dictionary is None
     # Turns 20-40 (three checkpoint records a turn): a third of the bytes or less. The
@@ -386,7 +386,7 @@ _WRITER = """
 import sys
 from deltalog.engine import DeltaLogSaver
 from tests.graphs import cfg, chat_graph, human
-with DeltaLogSaver.from_path(sys.argv[1]) as saver:
+with DeltaLogSaver.from_path(sys.argv[1], pack_turns=False) as saver:  # plain records
     graph = chat_graph(100).compile(checkpointer=saver)
     for turn in range(int(sys.argv[3])):
         graph.invoke({"messages": [human(turn)]}, cfg(sys.argv[2]))

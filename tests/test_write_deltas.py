@@ -134,7 +134,7 @@ def test_rewriting_an_existing_write_changes_nothing(
 ) -> None:
     """Writes are first-writer-wins: putting an existing (task, idx) again under a
     checkpoint in a range neither changes the write nor rewrites any blob."""
-    saver = make_saver()
+    saver = make_saver(pack_turns=False)  # plain records: the layout read here
     run_chat(saver, 30, 4)
     ranged = ranged_blobs(saver)
     _, _, (lo, hi) = ranged[len(ranged) // 2]

@@ -196,7 +196,8 @@ def format_6_store(
     blob's write dictionary depends on the order of a checkpoint's writes)."""
     kind: str = request.param
     path = tmp_path / "s"
-    with DeltaLogSaver.from_path(path) as saver:
+    # Plain records (no turn packs, format 14): the layout rewritten back to format 6.
+    with DeltaLogSaver.from_path(path, pack_turns=False) as saver:
         graph = _graph(kind)(checkpointer=saver)
         for turn in range(130 if kind == "chat" else 40):
             graph.invoke({"messages": [human(turn)], "log": []}, cfg("t"))
@@ -232,7 +233,7 @@ def test_the_6_to_7_step_moves_every_write_and_keeps_every_state(
     write dictionary, and verifies clean."""
     path, before, count, kind = format_6_store
     with DeltaLogSaver.from_path(path) as saver:
-        assert saver.env.format_version == keys.FORMAT_VERSION == 13
+        assert saver.env.format_version == keys.FORMAT_VERSION == 14
         rows = list(saver.env.iter_db("writes"))
         assert len(rows) == count
         tags = []

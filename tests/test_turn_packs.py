@@ -1,0 +1,222 @@
+"""Turn packs (format 14): a store that packs the records behind each thread's head
+reads, changes and exports exactly as one that does not (docs/design.md, "Turn packs").
+
+Every test runs real LangGraph chats on two stores side by side: one with the
+default packing, one with ``Environment(pack_turns=False)``, and compares what
+LangGraph and the saver give back.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalog.bench.graphs import MESSAGES, build_graph, human_message, thread_config
+from deltalog.bench.scenarios import CHAT_SCENARIOS
+from deltalog.engine import CorruptRecordError, DeltaLogSaver, Environment
+from deltalog.engine.packs import PACK_KEEP
+from langgraph.graph.state import CompiledStateGraph
+
+SCENARIOS = {s.name: s for s in CHAT_SCENARIOS}
+
+
+def _saver(path: Path, *, packs: bool) -> DeltaLogSaver:
+    return DeltaLogSaver(Environment(path, pack_turns=packs))
+
+
+def _chat(
+    saver: DeltaLogSaver, name: str, thread: str, turns: int, start: int = 0
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """Turns ``start`` … ``turns - 1`` of the scenario's chat on ``thread``."""
+    scenario = SCENARIOS[name].with_turns(turns)
+    graph = build_graph(scenario, saver)
+    for turn in range(start, turns):
+        graph.invoke({MESSAGES: [human_message(scenario, turn)]}, thread_config(thread))
+    return graph
+
+
+# What differs between two runs of the same chat: uuids (checkpoint, task and run
+# ids), LangGraph's channel versions (a counter and a random part) and timestamps.
+RANDOM = re.compile(r"^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\d{32}\..+)$")
+
+
+def _norm(obj: Any, seen: dict[str, str]) -> Any:
+    """``obj`` with each random string replaced by its order of first appearance
+    and timestamps left out: equal for two runs of the same chat."""
+    if isinstance(obj, str) and RANDOM.match(obj):
+        return seen.setdefault(obj, f"#{len(seen)}")
+    if isinstance(obj, dict):
+        return {_norm(k, seen): _norm(v, seen) for k, v in obj.items() if k != "ts"}
+    if isinstance(obj, (list, tuple)):
+        items = [_norm(v, seen) for v in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+    return obj
+
+
+def _view(saver: DeltaLogSaver, graph: CompiledStateGraph[Any, Any, Any, Any], thread: str) -> Any:
+    """What LangGraph and the saver give back for a thread: its state, its whole
+    history and the raw checkpoint tuples (random ids and times normalized)."""
+    config = thread_config(thread)
+    history = [
+        (s.config, s.values, s.next, s.metadata, s.parent_config, [t.id for t in s.tasks])
+        for s in graph.get_state_history(config)
+    ]
+    tuples = [
+        (t.config, t.checkpoint, t.metadata, t.parent_config, t.pending_writes)
+        for t in saver.list(config)
+    ]
+    return _norm((graph.get_state(config).values, history, tuples), {})
+
+
+@pytest.fixture
+def twins(tmp_path: Path) -> Iterator[tuple[DeltaLogSaver, DeltaLogSaver]]:
+    packed, plain = _saver(tmp_path / "packed", packs=True), _saver(tmp_path / "plain", packs=False)
+    try:
+        yield packed, plain
+    finally:
+        packed.close()
+        plain.close()
+
+
+def _packs(saver: DeltaLogSaver) -> int:
+    return int(saver.env.stats()["packs"]["entries"])
+
+
+@pytest.mark.parametrize("scenario", ["chat-delta-sf100", "chat-add_messages", "chat-delta-sf10"])
+def test_a_packed_chat_reads_as_a_plain_one(
+    twins: tuple[DeltaLogSaver, DeltaLogSaver], scenario: str
+) -> None:
+    packed, plain = twins
+    graphs = [_chat(s, scenario, "t", 25) for s in twins]
+    # 25 turns, three checkpoints each: all but the newest few are packed, three a pack.
+    assert _packs(packed) == (75 - PACK_KEEP) // 3 and _packs(plain) == 0
+    assert packed.env.stats()["checkpoints"]["entries"] < 3 + PACK_KEEP
+    assert _view(packed, graphs[0], "t") == _view(plain, graphs[1], "t")
+    assert packed.verify(deep=True).ok
+
+
+def test_packs_shrink_what_a_turn_adds(twins: tuple[DeltaLogSaver, DeltaLogSaver]) -> None:
+    """Turns 150-250 of the sf=100 chat (the store's dictionary trained): the packed
+    store grows by ~0.75x what the plain one does (docs/benchmarks.md, stop 43)."""
+    grown = []
+    for saver in twins:
+        _chat(saver, "chat-delta-sf100", "t", 150)
+        before = saver.env.used_bytes()
+        _chat(saver, "chat-delta-sf100", "t", 250, start=150)
+        grown.append(saver.env.used_bytes() - before)
+    assert grown[0] < 0.85 * grown[1]
+
+
+def test_changes_under_packed_checkpoints_match(
+    twins: tuple[DeltaLogSaver, DeltaLogSaver],
+) -> None:
+    """A fork from an old (packed) checkpoint, writes under it, a copy, a prune of
+    another thread and a thread's deletion: the same results on both stores."""
+    graphs = {}
+    for saver in twins:
+        graphs[id(saver)] = _chat(saver, "chat-delta-sf100", "a", 20)
+        _chat(saver, "chat-delta-sf100", "b", 12)
+        _chat(saver, "chat-delta-sf100", "c", 12)
+    packed = twins[0]
+    views = []
+    for saver in twins:
+        graph = graphs[id(saver)]
+        old = list(graph.get_state_history(thread_config("a")))[30]
+        forked = graph.update_state(old.config, {MESSAGES: []})
+        graph.invoke(None, forked)
+        assert saver.copy_thread("a", "a2").checkpoints > 0
+        saver.prune(["b"], keep_last=4, reducers=graph)
+        saver.delete_thread("c")
+        views.append(
+            [_view(saver, graph, t) for t in ("a", "a2", "b")]
+            + [list(saver.list(thread_config("c")))]
+        )
+        assert saver.verify(deep=True).ok
+    assert views[0] == views[1]
+    assert _packs(packed) > 0
+
+
+def test_runs_deleted_from_packs_match(twins: tuple[DeltaLogSaver, DeltaLogSaver]) -> None:
+    """Runs 3-5 of 15 (their checkpoints long packed) deleted with re-seeding: the
+    same thread on both stores, and their records are gone."""
+    views = []
+    scenario = SCENARIOS["chat-delta-sf100"].with_turns(15)
+    for saver in twins:
+        graph = build_graph(scenario, saver)
+        runs = [str(uuid.uuid4()) for _ in range(15)]
+        for turn, run_id in enumerate(runs):
+            # LangGraph records metadata.run_id from config["metadata"], as the server does.
+            config: Any = {**thread_config("r"), "metadata": {"run_id": run_id}}
+            graph.invoke({MESSAGES: [human_message(scenario, turn)]}, config)
+        report = saver.delete_for_runs(runs[3:6], reducers=graph)
+        assert report.checkpoints == 9
+        left = {t.metadata.get("run_id") for t in saver.list(thread_config("r"))}
+        assert left == set(runs) - set(runs[3:6])
+        views.append(_view(saver, graph, "r"))
+    assert views[0] == views[1]
+
+
+def test_a_packed_store_reopens_and_reads_read_only(tmp_path: Path) -> None:
+    with _saver(tmp_path / "s", packs=True) as saver:
+        graph = _chat(saver, "chat-delta-sf100", "t", 12)
+        want = _view(saver, graph, "t")
+    with DeltaLogSaver(Environment(tmp_path / "s", readonly=True)) as reader:
+        assert _view(reader, build_graph(SCENARIOS["chat-delta-sf100"], reader), "t") == want
+    with _saver(tmp_path / "s", packs=False) as again:
+        assert _view(again, build_graph(SCENARIOS["chat-delta-sf100"], again), "t") == want
+
+
+def test_a_damaged_pack_is_an_error_not_another_value(tmp_path: Path) -> None:
+    with _saver(tmp_path / "s", packs=True) as saver:
+        graph = _chat(saver, "chat-delta-sf100", "t", 12)
+        seq, raw = next(iter(saver.env.iter_db("packs")))
+        damaged = bytearray(raw)
+        damaged[len(damaged) // 2] ^= 0x04
+        saver.env.write(lambda w: w.put_raw(saver.env.db("packs"), seq, bytes(damaged)))
+        saver.env.pack_cache.clear()
+        with pytest.raises(CorruptRecordError):
+            list(graph.get_state_history(thread_config("t")))
+        report = saver.verify()
+        assert not report.ok
+        assert [p.kind for p in report.problems if "pack" in p.kind] == ["damaged_pack"]
+
+
+def test_a_packed_thread_exports_and_imports_the_same(tmp_path: Path) -> None:
+    """The export of a packed thread, imported into a store that does not pack,
+    reads back the same (ids included: no normalizing)."""
+    with _saver(tmp_path / "s", packs=True) as saver, _saver(tmp_path / "i", packs=False) as other:
+        graph = _chat(saver, "chat-delta-sf100", "t", 15)
+        assert _packs(saver) > 0
+        other.import_records(list(saver.export_records(["t"])))
+        config = thread_config("t")
+        mine = [(t.config, t.checkpoint, t.metadata, t.pending_writes) for t in saver.list(config)]
+        theirs = [
+            (t.config, t.checkpoint, t.metadata, t.pending_writes) for t in other.list(config)
+        ]
+        assert mine == theirs and len(mine) == 45
+        assert (
+            graph.get_state(config).values
+            == build_graph(SCENARIOS["chat-delta-sf100"], other).get_state(config).values
+        )
+
+
+def test_thread_summaries_count_packed_records_and_stored_bytes(
+    twins: tuple[DeltaLogSaver, DeltaLogSaver],
+) -> None:
+    """``threads()`` (the CLI's ``threads``) counts packed checkpoints and writes as
+    the plain store does, and its bytes are those stored: the packs, not the records
+    they stand for."""
+    for saver in twins:
+        _chat(saver, "chat-delta-sf100", "t", 40)
+    packed, plain = (saver.threads()[0] for saver in twins)
+    assert (packed.checkpoints, packed.writes, packed.blobs) == (
+        plain.checkpoints,
+        plain.writes,
+        plain.blobs,
+    )
+    assert packed.checkpoints == 120
+    assert 0.5 * plain.bytes < packed.bytes < 0.95 * plain.bytes
