@@ -69,7 +69,7 @@ PACK_DB_NAMES: Final = ("packs", "pack_index")
 MEMORY_DB_NAMES: Final = ("items", "item_ns", "item_vectors", "item_ttl")
 
 # Decoded packs an environment keeps (cleared when full, like the envelopes).
-PACK_CACHE_ENTRIES: Final = 4096
+PACK_CACHE_ENTRIES: Final = 1024
 
 # A walk that finds no seed after this many ancestors is reading a damaged chain.
 MAX_WALK: Final = 1_000_000
