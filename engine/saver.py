@@ -218,7 +218,7 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
                 None turns compression off.
             group_commit: Let concurrent writers share a commit.
             pack_turns: Pack a thread's older checkpoint and write records into
-                one compressed record each few checkpoints (format 14; ~25 % fewer
+                one compressed record every six checkpoints (format 14; ~35 % fewer
                 bytes a chat turn, docs/design.md "Turn packs"). False writes
                 none (packs already stored still read).
             cache_bytes: Cap on memory for decoded channel values (grown to
