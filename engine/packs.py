@@ -50,15 +50,24 @@ PACK_RECORD_MAX: Final = 1024
 
 @dataclass(frozen=True)
 class Pack:
-    """A decoded pack: its entries as the plain records they read as, in key order,
-    and what re-encoding them needs (:meth:`plain_records`)."""
+    """A decoded pack: its entries as the plain records they read as, in key order
+    (each an uncompressed frame: its body is the frame without its tag byte and CRC,
+    :meth:`checkpoint_bodies` and :meth:`write_bodies`)."""
 
     checkpoints: list[Entry]
     writes: list[Entry]
-    #: ``(key, body, compact)`` of each checkpoint entry, ``(key, body, channel)``
-    #: of each write entry.
-    checkpoint_bodies: list[tuple[bytes, bytes, bool]]
-    write_bodies: list[tuple[bytes, bytes, bytes]]
+
+    def checkpoint_bodies(self) -> list[tuple[bytes, bytes, bool]]:
+        """``(key, body, compact)`` of each checkpoint entry."""
+        return [(key, raw[1:-4], bool(raw[0] & COMPACT)) for key, raw in self.checkpoints]
+
+    def write_bodies(self) -> list[tuple[bytes, bytes, bytes]]:
+        """``(key, body, channel)`` of each write entry."""
+        out = []
+        for key, raw in self.writes:
+            channel = raw[: 1 + raw[0]]
+            out.append((key, raw[len(channel) + 1 : -4], channel))
+        return out
 
     @property
     def least(self) -> bytes:
@@ -104,17 +113,15 @@ def decode_pack(codec: RecordCodec, index_key: bytes, raw: bytes, where: str) ->
     try:
         ckpt_rows, write_rows = found
         checkpoints: list[Entry] = []
-        checkpoint_bodies: list[tuple[bytes, bytes, bool]] = []
         for suffix, compact, body in ckpt_rows:
             key = prefix + suffix
             checkpoints.append((key, frame_body(body, key=key, compact=bool(compact))))
-            checkpoint_bodies.append((key, body, bool(compact)))
         writes: list[Entry] = []
-        write_bodies: list[tuple[bytes, bytes, bytes]] = []
         for suffix, channel, body in write_rows:
             key = prefix + suffix
+            if len(channel) != 1 + channel[0]:
+                raise ValueError(f"write {key.hex()} has no channel uid")
             writes.append((key, channel + frame_body(body, key=key, prefix=channel)))
-            write_bodies.append((key, body, channel))
     except (TypeError, ValueError) as exc:
         raise CorruptRecordError(f"record {where} is not a pack ({exc})") from exc
     for entries in (checkpoints, writes):
@@ -123,7 +130,7 @@ def decode_pack(codec: RecordCodec, index_key: bytes, raw: bytes, where: str) ->
             raise CorruptRecordError(f"record {where}: its entries are out of order")
     if max((e[-1][0] for e in (checkpoints, writes) if e), default=b"") != index_key:
         raise CorruptRecordError(f"record {where}: its greatest entry is not its index key")
-    return Pack(checkpoints, writes, checkpoint_bodies, write_bodies)
+    return Pack(checkpoints, writes)
 
 
 def body_of(codec: RecordCodec, key: bytes, raw: bytes, channel: bytes = b"") -> Any:

@@ -69,7 +69,7 @@ PACK_DB_NAMES: Final = ("packs", "pack_index")
 MEMORY_DB_NAMES: Final = ("items", "item_ns", "item_vectors", "item_ttl")
 
 # Decoded packs an environment keeps (cleared when full, like the envelopes).
-PACK_CACHE_ENTRIES: Final = 1024
+PACK_CACHE_ENTRIES: Final = 256
 
 # A walk that finds no seed after this many ancestors is reading a damaged chain.
 MAX_WALK: Final = 1_000_000
@@ -587,15 +587,16 @@ class WriteBase(TxnBase):
         found = self.pack(index_key, seq)
         if found.least > key if below is None else found.least >= below:
             return 0
-        for ckey, body, compact in found.checkpoint_bodies:
+        checkpoint_bodies, write_bodies = found.checkpoint_bodies(), found.write_bodies()
+        for ckey, body, compact in checkpoint_bodies:
             raw = self.codec.encode_body(body, key=ckey, compact=compact)
             self.txn.put(ckey, raw, db=self.dbs.checkpoints)
-        for wkey, body, channel in found.write_bodies:
+        for wkey, body, channel in write_bodies:
             raw = channel + self.codec.encode_body(body, prefix=channel, key=wkey)
             self.txn.put(wkey, raw, db=self.dbs.writes)
         self.txn.delete(index_key, db=self.dbs.pack_index)
         self.txn.delete(seq, db=self.dbs.packs)
-        return len(found.checkpoint_bodies) + len(found.write_bodies)
+        return len(checkpoint_bodies) + len(write_bodies)
 
     def pack_behind(self, t: int, n: int) -> bool:
         """Pack the oldest :data:`~deltalog.engine.packs.PACK_MIN` plain checkpoints of
