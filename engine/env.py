@@ -89,6 +89,9 @@ class Environment(EnvironmentBase):
             Overrides ``caches.memo_entries``.
         caches: The cache budgets (:class:`~deltalog.engine.cache.CachePolicy`;
             its defaults when None).
+        pack_turns: Pack a namespace's older checkpoint and write records into
+            one record every six checkpoints (format 14, docs/design.md "Turn
+            packs"); False writes none and reads the packs there are.
     """
 
     @property
