@@ -122,7 +122,7 @@ def decode_pack(codec: RecordCodec, index_key: bytes, raw: bytes, where: str) ->
             if len(channel) != 1 + channel[0]:
                 raise ValueError(f"write {key.hex()} has no channel uid")
             writes.append((key, channel + frame_body(body, key=key, prefix=channel)))
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, IndexError) as exc:
         raise CorruptRecordError(f"record {where} is not a pack ({exc})") from exc
     for entries in (checkpoints, writes):
         ordered = all(a[0] < b[0] for a, b in itertools.pairwise(entries))

@@ -220,3 +220,28 @@ def test_thread_summaries_count_packed_records_and_stored_bytes(
     )
     assert packed.checkpoints == 120
     assert 0.5 * plain.bytes < packed.bytes < 0.95 * plain.bytes
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        [],
+        [[], []],
+        [[[b"\x10" + bytes(16), False, b"\xc0"]], [[b"x", b"", b"\xc0"]]],
+        [[[1, False, b"\xc0"]], []],
+        [[[b"\x10" + bytes(16), False, b"\xc0"], [b"\x10" + bytes(16), False, b"\xc0"]], []],
+    ],
+    ids=["not-a-pair", "empty", "write-without-channel", "bad-suffix", "twice-the-same-key"],
+)
+def test_a_pack_that_passes_its_crc_but_is_not_a_pack_is_damage(body: list[Any]) -> None:
+    """A well-framed record whose body is no pack (a writer's bug, not a flipped bit):
+    CorruptRecordError, never another exception or a value."""
+    import ormsgpack
+    from deltalog.engine.codec import RecordCodec
+    from deltalog.engine.packs import decode_pack
+
+    codec = RecordCodec()
+    index_key = b"\x01\x01\x01\x02\x10" + bytes(16)
+    raw = codec.encode_body(ormsgpack.packb(body), key=index_key)
+    with pytest.raises(CorruptRecordError):
+        decode_pack(codec, index_key, raw, "packs/test")
