@@ -290,10 +290,11 @@ class TxnBase:
             cache[(bytes(index_key), bytes(raw))] = hit
         return hit
 
-    def pack_at(self, key: bytes) -> tuple[bytes, bytes, Pack] | None:
+    def pack_at(self, key: bytes, below: bytes | None = None) -> tuple[bytes, bytes, Pack] | None:
         """``(index key, number, pack)`` of the pack whose key range holds ``key``
         (the one with the smallest index key at or above it, if its least key is
-        not above ``key``), or None."""
+        not above ``key``; with ``below``, if its least key is below ``below``: the
+        pack holding any key from ``key`` up to ``below``), or None."""
         if not self.packs_on():
             return None
         cur = self.txn.cursor(db=self.dbs.pack_index)
@@ -301,7 +302,8 @@ class TxnBase:
             return None
         index_key, seq = bytes(cur.key()), bytes(cur.value())
         found = self.pack(index_key, seq)
-        return (index_key, seq, found) if found.least <= key else None
+        held = found.least <= key if below is None else found.least < below
+        return (index_key, seq, found) if held else None
 
     def _merged(self, plain: Any, kind: int) -> Any:
         """``plain`` merged with the packs' entries of ``kind`` (0 checkpoints, 1 writes)."""
@@ -578,15 +580,10 @@ class WriteBase(TxnBase):
         ``key`` up to, not including, ``below``) back into plain records, so a
         put or delete there changes plain records only. Returns how many records
         it wrote."""
-        if not self.packs_on():
+        at = self.pack_at(key, below)
+        if at is None:
             return 0
-        cur = self.txn.cursor(db=self.dbs.pack_index)
-        if not cur.set_range(key):
-            return 0
-        index_key, seq = bytes(cur.key()), bytes(cur.value())
-        found = self.pack(index_key, seq)
-        if found.least > key if below is None else found.least >= below:
-            return 0
+        index_key, seq, found = at
         checkpoint_bodies, write_bodies = found.checkpoint_bodies(), found.write_bodies()
         for ckey, body, compact in checkpoint_bodies:
             raw = self.codec.encode_body(body, key=ckey, compact=compact)
@@ -614,25 +611,25 @@ class WriteBase(TxnBase):
             if ok and bytes(icur.key()).startswith(prefix):
                 start = bytes(icur.key()) + b"\x00"
         cur = self.txn.cursor(db=self.dbs.checkpoints)
-        plain: list[bytes] = []
+        plain: list[tuple[bytes, bytes]] = []
         ok = cur.set_range(start)
         while ok and len(plain) < PACK_KEEP + PACK_MIN:
             ckey = bytes(cur.key())
             if not ckey.startswith(prefix):
                 break
-            plain.append(ckey)
+            plain.append((ckey, bytes(cur.value())))
             ok = cur.next()
         if len(plain) < PACK_KEEP + PACK_MIN:
             return False
-        bound = plain[PACK_MIN]
+        bound = plain[PACK_MIN][0]
         checkpoints: list[tuple[bytes, bytes, bool]] = []
-        for ckey in plain[:PACK_MIN]:
-            found = body_of(self.codec, ckey, bytes(self.txn.get(ckey, db=self.dbs.checkpoints)))
+        for ckey, raw in plain[:PACK_MIN]:
+            found = body_of(self.codec, ckey, raw)
             if found is not None:
                 checkpoints.append((ckey, found[0], found[1]))
         writes: list[tuple[bytes, bytes, bytes]] = []
         wcur = self.txn.cursor(db=self.dbs.writes)
-        ok = wcur.set_range(plain[0])
+        ok = wcur.set_range(plain[0][0])
         while ok:
             wkey = bytes(wcur.key())
             if wkey >= bound:
