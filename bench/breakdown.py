@@ -87,6 +87,7 @@ from deltalog.bench.graphs import (
 )
 from deltalog.bench.scenarios import CHAT_SCENARIOS
 from deltalog.engine import DeltaLogSaver, codec
+from deltalog.engine.packs import prefix_of
 
 # LMDB's cost of one leaf entry beyond its key and value: the node header (8 bytes)
 # and the page's slot pointer (2 bytes).
@@ -188,12 +189,6 @@ def _snapshot(saver: DeltaLogSaver) -> tuple[dict[str, DbFigures], int, int]:
     return out, int(env.info()["last_pgno"]) + 1, int(env.stat()["psize"])
 
 
-def _prefix_end(key: bytes) -> int:
-    """Where a record key's thread and namespace uids end (each a length byte and the id)."""
-    ns = 1 + key[0]
-    return ns + 1 + key[ns]
-
-
 def _new_records(
     saver: DeltaLogSaver, seen: set[tuple[int, bytes]]
 ) -> dict[bytes, list[tuple[int, bytes, bytes]]]:
@@ -223,9 +218,9 @@ def _new_records(
                 record = value[len(channel) :]
                 what = f"{name}/{key.hex()}"
                 body = env.codec.body(record, what, prefix=channel, key=key)
-                end = _prefix_end(key)
-                out.setdefault(key[:end], []).append(
-                    (number, key[end:], channel + (record[:-4] if body is None else body))
+                prefix = prefix_of(key)
+                out.setdefault(prefix, []).append(
+                    (number, key[len(prefix) :], channel + (record[:-4] if body is None else body))
                 )
     return out
 
