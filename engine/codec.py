@@ -1016,6 +1016,7 @@ class RecordCodec:
         fast: bool = False,
         ahead: Ahead | None = None,
         compact: bool = False,
+        dense: bool = True,
     ) -> bytes:
         """:meth:`encode` of a record already packed with msgpack.
 
@@ -1030,7 +1031,8 @@ class RecordCodec:
         used while the body and the active dictionary are the ones it was made
         with, else ignored. The record is the same either way. ``compact`` marks
         ``body`` as a checkpoint record's compact form (:data:`COMPACT`; see
-        :meth:`encode_checkpoint`).
+        :meth:`encode_checkpoint`). ``dense=False`` never spends
+        :data:`DENSE_LEVEL` on it (a turn pack, made inside a ``put``).
         """
         if ahead is not None and (
             fast
@@ -1047,15 +1049,16 @@ class RecordCodec:
         if (
             tag != TAG_PLAIN
             and key is not None
+            and dense
             and not fast
             and len(body) <= DENSE_MAX
             and self._dense_pays(payload, len(key), len(prefix))
         ):
-            dense = ahead.dense if ahead is not None else None
-            if dense is None:
-                dense = self._dense_payload(tag, body, payload)
-            if len(dense) < len(payload):
-                payload = dense
+            tighter = ahead.dense if ahead is not None else None
+            if tighter is None:
+                tighter = self._dense_payload(tag, body, payload)
+            if len(tighter) < len(payload):
+                payload = tighter
         if compact:
             if key is None:
                 raise ValueError("a compact checkpoint record is framed over its key")

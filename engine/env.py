@@ -90,8 +90,9 @@ class Environment(EnvironmentBase):
         caches: The cache budgets (:class:`~deltalog.engine.cache.CachePolicy`;
             its defaults when None).
         pack_turns: Pack a namespace's older checkpoint and write records into
-            one record every six checkpoints (format 14, docs/design.md "Turn
-            packs"); False writes none and reads the packs there are.
+            records of up to 15 checkpoints, sized to fill LMDB pages (format
+            14, docs/design.md "Turn packs"); False writes none and reads the
+            packs there are.
     """
 
     @property

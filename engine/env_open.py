@@ -47,7 +47,7 @@ from deltalog.engine.migrations import pending
 from deltalog.engine.names import (
     NAMES_CRC_FORMAT,
 )
-from deltalog.engine.packs import Pack
+from deltalog.engine.packs import PACK_CHECKPOINT_RATIO, PACK_DENSE_RATIO, PACK_RATIO, Pack
 from deltalog.engine.txn_base import (
     DB_NAMES,
     MEMORY_DB_NAMES,
@@ -203,6 +203,15 @@ class EnvironmentBase:
         self.envelopes = EnvelopeCache(caches.envelope_entries)
         # Decoded turn packs by (index key, stored bytes): TxnBase.pack.
         self.pack_cache: dict[tuple[bytes, bytes], Pack] = {}
+        # The last pack's size over its records' stored sizes (all, and its
+        # checkpoints'), and the free bytes this process left on the packs log's
+        # last leaf page (packs.pack_due, pack_cut; 0, unknown, until it appends
+        # a pack).
+        self.pack_ratio = PACK_RATIO
+        self.pack_checkpoint_ratio = PACK_CHECKPOINT_RATIO
+        # The last pack's size at the dense level over its size at level 3.
+        self.pack_dense_ratio = PACK_DENSE_RATIO
+        self.pack_tail_free = 0
         self.memo = HistoryMemo(caches.memo_entries, caches.memo_bytes)
         self._name_ids: NameCache[tuple[bytes, str], int] = NameCache(caches.name_entries)
         self._names: NameCache[tuple[bytes, int], str] = NameCache(caches.name_entries)

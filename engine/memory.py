@@ -202,9 +202,10 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
             compress_threshold: Records at least this large are zstd-compressed.
             group_commit: Let concurrent writers share a commit.
             pack_turns: Pack a thread's older checkpoint and write records into
-                one compressed record every six checkpoints (format 14; ~35 % fewer
-                bytes a chat turn, docs/design.md "Turn packs"). False writes
-                none (packs already stored still read).
+                compressed records of up to 15 checkpoints, sized to fill LMDB
+                pages (format 14; ~40 % fewer bytes a chat turn, docs/design.md
+                "Turn packs"). False writes none (packs already stored still
+                read).
             max_readers: LMDB reader slots (see ``DeltaLogSaver.from_path``).
 
         Returns:

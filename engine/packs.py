@@ -25,12 +25,13 @@ and channel, computed again), so every reader decodes it as before.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import ormsgpack
 from deltalog.engine import keys
-from deltalog.engine.codec import COMPACT, KEYED, RecordCodec, frame_body
+from deltalog.engine.codec import COMPACT, KEYED, PAGE_HEADER, RecordCodec, frame_body, leaf_max
 from deltalog.engine.errors import CorruptRecordError
 
 Entry = tuple[bytes, bytes]
@@ -38,10 +39,21 @@ Entry = tuple[bytes, bytes]
 #: How many of a namespace's newest checkpoints stay plain records: the head a
 #: turn reads (the latest checkpoint, its parent, their writes) is never packed.
 PACK_KEEP: Final = 4
-#: The checkpoints a pack holds (with their writes): two chat turns, each of which
-#: puts three. Six compress better together than three (the sf=100 chat: 1.44x the
-#: content floor a turn in pages, 1.68x with three) for the same CPU a turn.
-PACK_MIN: Final = 6
+#: The most checkpoints a pack holds (five chat turns of three); a put packs when
+#: this many wait behind the newest :data:`PACK_KEEP`, or fewer whose pack would
+#: fill the page space it is cut for (:func:`pack_cut`).
+PACK_MAX: Final = 15
+#: A pack's size over the stored bytes of the records it packs, and over those of
+#: its checkpoint records alone (whether enough wait is judged from those), before
+#: the store has packed any; afterwards the last pack's own ratios guide the next.
+PACK_RATIO: Final = 0.8
+PACK_CHECKPOINT_RATIO: Final = 2.0
+#: A pack's size compressed at the codec's dense level over its size at level 3
+#: (the cut is tried at level 3), before the store has packed any.
+PACK_DENSE_RATIO: Final = 0.87
+#: A pack of fewer checkpoint bytes than this (its records mostly left plain)
+#: leaves the ratio as it was.
+RATIO_MIN_BYTES: Final = 256
 #: A stored record larger than this stays a plain record inside a pack's range:
 #: a large message is already compressed on its own, and packs of several KB
 #: would take LMDB overflow pages (docs/benchmarks.md, stop 43).
@@ -85,6 +97,8 @@ def encode_pack(
     codec: RecordCodec,
     checkpoints: list[tuple[bytes, bytes, bool]],
     writes: list[tuple[bytes, bytes, bytes]],
+    *,
+    dense: bool = True,
 ) -> tuple[bytes, bytes]:
     """``(index key, record)`` of a pack of ``checkpoints`` ``(key, body, compact)``
     and ``writes`` ``(key, body, channel)``, each in key order, all under one
@@ -97,7 +111,7 @@ def encode_pack(
             [[key[plen:], channel, rec] for key, rec, channel in writes],
         ]
     )
-    return index_key, codec.encode_body(body, key=index_key)
+    return index_key, codec.encode_body(body, key=index_key, dense=dense)
 
 
 def decode_pack(codec: RecordCodec, index_key: bytes, raw: bytes, where: str) -> Pack:
@@ -144,3 +158,50 @@ def body_of(codec: RecordCodec, key: bytes, raw: bytes, channel: bytes = b"") ->
     if body is None:
         return None
     return body, bool(raw[0] & ~KEYED & COMPACT)
+
+
+#: A pack's key in the ``packs`` log: a u64 sequence number.
+SEQ_SIZE: Final = 8
+#: A pack goes into the free bytes left on the log's last leaf page when they
+#: are at least this many; fewer are left empty.
+TAIL_MIN: Final = 512
+
+
+def leaf_slot(size: int) -> int:
+    """Leaf page bytes a pack of ``size`` bytes takes in the ``packs`` log: its node
+    (header, key and value, even-aligned) and its index slot (``mdb_node_add``)."""
+    return 2 + ((8 + SEQ_SIZE + size + 1) & ~1)
+
+
+def pack_room(tail_free: int, page_size: int) -> int:
+    """Leaf page bytes the next pack is cut to fill: the ``tail_free`` bytes left on
+    the ``packs`` log's last leaf page when at least :data:`TAIL_MIN` (the log is
+    appended to, so a pack that fits them lands there), else half a page (a
+    pack at the leaf limit; two fill a page)."""
+    leaf = leaf_slot(leaf_max(SEQ_SIZE, page_size))
+    return min(tail_free, leaf) if tail_free >= TAIL_MIN else leaf
+
+
+def pack_due(sizes: Sequence[int], ratio: float, room: int) -> bool:
+    """Whether a put packs now: :data:`PACK_MAX` candidates wait, or a pack of all
+    of them, estimated at ``ratio`` times the sum of ``sizes`` (stored bytes,
+    oldest first), would take more than ``room`` leaf bytes (:func:`leaf_slot`)."""
+    return len(sizes) >= PACK_MAX or (bool(sizes) and leaf_slot(round(sum(sizes) * ratio)) > room)
+
+
+def pack_cut(sizes: Sequence[int], ratio: float, room: int) -> int:
+    """How many of the candidate checkpoints to pack: the longest run whose pack,
+    estimated at ``ratio`` times the sum of their ``sizes`` (each checkpoint's
+    stored bytes with its writes', 0 for a record a pack leaves plain), fits
+    ``room`` leaf bytes; at least one."""
+    estimates = [round(total * ratio) for total in itertools.accumulate(sizes)]
+    return max([m for m, est in enumerate(estimates, 1) if leaf_slot(est) <= room], default=1)
+
+
+def tail_after(size: int, tail_free: int, page_size: int) -> int:
+    """The free bytes on the ``packs`` log's last leaf page after appending a pack
+    of ``size`` bytes to a tail of ``tail_free`` (with ``MDB_APPEND`` a node
+    that does not fit starts a page of its own; one over the leaf limit takes
+    overflow pages and leaves a node of a page number behind)."""
+    slot = leaf_slot(size if size <= leaf_max(SEQ_SIZE, page_size) else 8)
+    return tail_free - slot if slot <= tail_free else page_size - PAGE_HEADER - slot

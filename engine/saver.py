@@ -218,9 +218,10 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
                 None turns compression off.
             group_commit: Let concurrent writers share a commit.
             pack_turns: Pack a thread's older checkpoint and write records into
-                one compressed record every six checkpoints (format 14; ~35 % fewer
-                bytes a chat turn, docs/design.md "Turn packs"). False writes
-                none (packs already stored still read).
+                compressed records of up to 15 checkpoints, sized to fill LMDB
+                pages (format 14; ~40 % fewer bytes a chat turn, docs/design.md
+                "Turn packs"). False writes none (packs already stored still
+                read).
             cache_bytes: Cap on memory for decoded channel values (grown to
                 with the workload); 0 disables it.
             max_readers: LMDB reader slots, shared by every process using the

@@ -42,11 +42,19 @@ from deltalog.engine.names import (
 )
 from deltalog.engine.packs import (
     PACK_KEEP,
-    PACK_MIN,
+    PACK_MAX,
+    PACK_RECORD_MAX,
+    RATIO_MIN_BYTES,
+    SEQ_SIZE,
     Pack,
     body_of,
     decode_pack,
     encode_pack,
+    leaf_slot,
+    pack_cut,
+    pack_due,
+    pack_room,
+    tail_after,
 )
 from deltalog.engine.store_rows import (
     CheckpointRow,
@@ -99,6 +107,12 @@ class Dbs:
 #: bytes, or a str id in older records), channel versions, inline values and
 #: the ``blobbed`` mask (None before format 5).
 Envelope = tuple[Any, dict[str, Version], dict[str, Any], int | None]
+
+
+def _packable(raw: bytes) -> int:
+    """A plain record's stored bytes, or 0 for one a pack leaves plain (over
+    :data:`~deltalog.engine.packs.PACK_RECORD_MAX`)."""
+    return len(raw) if len(raw) <= PACK_RECORD_MAX else 0
 
 
 def prefix_end(prefix: bytes) -> bytes:
@@ -596,10 +610,12 @@ class WriteBase(TxnBase):
         return len(checkpoint_bodies) + len(write_bodies)
 
     def pack_behind(self, t: int, n: int) -> bool:
-        """Pack the oldest :data:`~deltalog.engine.packs.PACK_MIN` plain checkpoints of
-        (thread, ns) after its last pack, and their writes, when more than
-        :data:`~deltalog.engine.packs.PACK_KEEP` plain ones follow them. Records
-        over :data:`~deltalog.engine.packs.PACK_RECORD_MAX` stay plain. Returns
+        """Pack the oldest plain checkpoints of (thread, ns) after its last pack, and
+        their writes, leaving the newest :data:`~deltalog.engine.packs.PACK_KEEP`
+        plain, once :func:`~deltalog.engine.packs.pack_cut` finds enough of them
+        to fill the page space :func:`~deltalog.engine.packs.pack_room` gives
+        (one fewer at a time while the pack comes out larger). Records over
+        :data:`~deltalog.engine.packs.PACK_RECORD_MAX` stay plain. Returns
         whether it wrote a pack."""
         if self.dbs.packs is None:
             return False
@@ -613,37 +629,75 @@ class WriteBase(TxnBase):
         cur = self.txn.cursor(db=self.dbs.checkpoints)
         plain: list[tuple[bytes, bytes]] = []
         ok = cur.set_range(start)
-        while ok and len(plain) < PACK_KEEP + PACK_MIN:
+        while ok and len(plain) < PACK_KEEP + PACK_MAX:
             ckey = bytes(cur.key())
             if not ckey.startswith(prefix):
                 break
             plain.append((ckey, bytes(cur.value())))
             ok = cur.next()
-        if len(plain) < PACK_KEEP + PACK_MIN:
+        candidates = plain[: len(plain) - PACK_KEEP]
+        checkpoint_sizes = [_packable(raw) for _, raw in candidates]
+        page_size, tail = self.codec.page_size, self.env.pack_tail_free
+        room = pack_room(tail, page_size)
+        if not pack_due(checkpoint_sizes, self.env.pack_checkpoint_ratio, room):
             return False
-        bound = plain[PACK_MIN][0]
-        checkpoints: list[tuple[bytes, bytes, bool]] = []
-        for ckey, raw in plain[:PACK_MIN]:
-            found = body_of(self.codec, ckey, raw)
-            if found is not None:
-                checkpoints.append((ckey, found[0], found[1]))
-        writes: list[tuple[bytes, bytes, bytes]] = []
+        # Each candidate's writes (keyed after it, before the next checkpoint),
+        # and its stored bytes with theirs.
+        groups: list[list[tuple[bytes, bytes, bytes]]] = [[] for _ in candidates]
+        sizes = list(checkpoint_sizes)
         wcur = self.txn.cursor(db=self.dbs.writes)
         ok = wcur.set_range(plain[0][0])
+        i = 0
         while ok:
             wkey = bytes(wcur.key())
-            if wkey >= bound:
+            if wkey >= plain[len(candidates)][0]:
                 break
-            channel, _, record = split_write_value(bytes(wcur.value()))
-            found = body_of(self.codec, wkey, record, channel)
-            if found is not None:
-                writes.append((wkey, found[0], channel))
+            while wkey >= plain[i + 1][0]:
+                i += 1
+            value = bytes(wcur.value())
+            sizes[i] += _packable(value)
+            channel, _, record = split_write_value(value)
+            groups[i].append((wkey, channel, record))
             ok = wcur.next()
-        if not checkpoints and not writes:
-            return False
-        index_key, record = encode_pack(self.codec, checkpoints, writes)
+        m = pack_cut(sizes, self.env.pack_ratio, room)
+        # The bodies each checkpoint brings (its record's, its writes'), made once.
+        bring: list[tuple[list[tuple[bytes, bytes, bool]], list[tuple[bytes, bytes, bytes]]]] = []
+        for (ckey, raw), group in zip(plain[:m], groups, strict=False):
+            found = body_of(self.codec, ckey, raw)
+            mine = [] if found is None else [(ckey, found[0], found[1])]
+            theirs = []
+            for wkey, channel, record in group:
+                found = body_of(self.codec, wkey, record, channel)
+                if found is not None:
+                    theirs.append((wkey, found[0], channel))
+            bring.append((mine, theirs))
+        # Cut at level 3 first (a pack at the dense level costs ~30 times as much),
+        # its size scaled by the last dense pack's over its level-3 one; then one
+        # checkpoint fewer at a time while the dense pack still does not fit.
+        trial, trial_m, guessed = b"", 0, True
+        while True:
+            checkpoints = [c for mine, _ in bring[:m] for c in mine]
+            writes = [w for _, theirs in bring[:m] for w in theirs]
+            if not checkpoints and not writes:
+                return False
+            if guessed:
+                _, trial = encode_pack(self.codec, checkpoints, writes, dense=False)
+                trial_m = m
+                if m > 1 and leaf_slot(round(len(trial) * self.env.pack_dense_ratio)) > room:
+                    m -= 1
+                    continue
+            index_key, record = encode_pack(self.codec, checkpoints, writes)
+            if m == 1 or leaf_slot(len(record)) <= room:
+                break
+            m, guessed = m - 1, False
+        if trial_m == m and record != trial:
+            self.env.pack_dense_ratio = len(record) / len(trial)
+        if sum(checkpoint_sizes[:m]) >= RATIO_MIN_BYTES:
+            self.env.pack_ratio = len(record) / sum(sizes[:m])
+            self.env.pack_checkpoint_ratio = len(record) / sum(checkpoint_sizes[:m])
+        self.env.pack_tail_free = tail_after(len(record), tail, page_size)
         log = self.txn.cursor(db=self.dbs.packs)
-        seq = (int.from_bytes(log.key(), "big") + 1 if log.last() else 1).to_bytes(8, "big")
+        seq = (int.from_bytes(log.key(), "big") + 1 if log.last() else 1).to_bytes(SEQ_SIZE, "big")
         self.txn.put(seq, record, db=self.dbs.packs, append=True)
         self.txn.put(index_key, seq, db=self.dbs.pack_index)
         for ckey, _, _ in checkpoints:

@@ -34,13 +34,16 @@ def test_the_breakdown_adds_up(tmp_path: Path) -> None:
             assert rows["writes"]["key_bytes"] == 3 * 42
             plain = result.logical
         else:
-            # Format 14: the records packed, one pack and one index entry every two turns
-            # (six checkpoints; 8-byte numbers as the log's keys); the plain records
-            # stay the newest few.
-            assert rows["packs"]["entries"] == rows["pack_index"]["entries"] == 0.5
-            assert rows["packs"]["key_bytes"] == 4.0
+            # Format 14: the records packed, a pack and an index entry every two to
+            # five turns (up to fifteen checkpoints; 8-byte numbers as the log's
+            # keys); the plain records stay the newest few.
+            per_turn = rows["packs"]["entries"]
+            assert per_turn == rows["pack_index"]["entries"] and 0.2 <= per_turn <= 0.5
+            assert rows["packs"]["key_bytes"] == 8 * per_turn
+            # The plain run behind the head comes and goes (under twenty checkpoints),
+            # never the three a turn a store without packs keeps.
             for name in ("checkpoints", "writes"):
-                assert rows.get(name, {}).get("entries", 0) == 0
+                assert abs(rows.get(name, {}).get("entries", 0)) <= 1.0
             assert result.logical < 0.85 * plain
 
 

@@ -18,7 +18,7 @@ import pytest
 from deltalog.bench.graphs import MESSAGES, build_graph, human_message, thread_config
 from deltalog.bench.scenarios import CHAT_SCENARIOS
 from deltalog.engine import CorruptRecordError, DeltaLogSaver, Environment
-from deltalog.engine.packs import PACK_KEEP, PACK_MIN
+from deltalog.engine.packs import PACK_KEEP, PACK_MAX
 from langgraph.graph.state import CompiledStateGraph
 
 SCENARIOS = {s.name: s for s in CHAT_SCENARIOS}
@@ -92,9 +92,10 @@ def test_a_packed_chat_reads_as_a_plain_one(
 ) -> None:
     packed, plain = twins
     graphs = [_chat(s, scenario, "t", 25) for s in twins]
-    # 25 turns, three checkpoints each: all but the newest few are packed, PACK_MIN a pack.
-    assert _packs(packed) == (75 - PACK_KEEP) // PACK_MIN and _packs(plain) == 0
-    assert packed.env.stats()["checkpoints"]["entries"] < PACK_MIN + PACK_KEEP
+    # 25 turns, three checkpoints each: all but the newest few are packed, at most
+    # PACK_MAX a pack.
+    assert _packs(packed) >= (75 - PACK_KEEP - PACK_MAX) // PACK_MAX and _packs(plain) == 0
+    assert packed.env.stats()["checkpoints"]["entries"] < PACK_MAX + PACK_KEEP
     assert _view(packed, graphs[0], "t") == _view(plain, graphs[1], "t")
     assert packed.verify(deep=True).ok
 
@@ -219,7 +220,7 @@ def test_thread_summaries_count_packed_records_and_stored_bytes(
         plain.blobs,
     )
     assert packed.checkpoints == 120
-    assert 0.5 * plain.bytes < packed.bytes < 0.95 * plain.bytes
+    assert 0.3 * plain.bytes < packed.bytes < 0.95 * plain.bytes
 
 
 @pytest.mark.parametrize(

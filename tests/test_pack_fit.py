@@ -1,0 +1,152 @@
+"""How turn packs are cut to fill the ``packs`` log's pages (engine/packs.py:
+``leaf_slot``, ``tail_after``, ``pack_cut``), checked against a real LMDB file."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import lmdb
+import pytest
+from deltalog.bench.graphs import MESSAGES, build_graph, human_message, thread_config
+from deltalog.bench.scenarios import CHAT_SCENARIOS
+from deltalog.engine import DeltaLogSaver, Environment
+from deltalog.engine.codec import leaf_max
+from deltalog.engine.packs import (
+    PACK_MAX,
+    SEQ_SIZE,
+    TAIL_MIN,
+    leaf_slot,
+    pack_cut,
+    pack_due,
+    pack_room,
+    tail_after,
+)
+
+PAGE = 4096
+LEAF = leaf_max(SEQ_SIZE, PAGE)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_tail_model_counts_the_pages_lmdb_uses(tmp_path: Path, seed: int) -> None:
+    """Appending values of mixed sizes under u64 keys: the pages the model starts
+    are the leaf pages LMDB uses, and values over the leaf limit its overflow pages."""
+    rng = random.Random(seed)
+    sizes = [
+        rng.choice([rng.randint(1, 700), rng.randint(600, 2100), rng.randint(2000, 9000)])
+        for _ in range(400)
+    ]
+    env = lmdb.open(str(tmp_path / "db"), map_size=64 * 1024**2, max_dbs=2)
+    db = env.open_db(b"log")
+    tail, leaves, overflow = 0, 0, 0
+    with env.begin(write=True) as txn:
+        for seq, size in enumerate(sizes, 1):
+            txn.put(seq.to_bytes(SEQ_SIZE, "big"), rng.randbytes(size), db=db, append=True)
+            after = tail_after(size, tail, PAGE)
+            leaves += after > tail  # a node that does not fit starts a page
+            overflow += (16 - 1 + size) // PAGE + 1 if size > LEAF else 0
+            tail = after
+        stat = txn.stat(db)
+    assert stat["psize"] == PAGE
+    assert (stat["leaf_pages"], stat["overflow_pages"]) == (leaves, overflow)
+
+
+def test_a_value_at_the_leaf_limit_fits_its_page_twice(tmp_path: Path) -> None:
+    assert leaf_slot(LEAF) * 2 <= PAGE - 16 < leaf_slot(LEAF + 1) * 2
+    assert tail_after(LEAF, 0, PAGE) == PAGE - 16 - leaf_slot(LEAF)
+    assert tail_after(LEAF, tail_after(LEAF, 0, PAGE), PAGE) >= 0
+
+
+def test_the_room_is_the_tail_then_half_a_page() -> None:
+    assert pack_room(1000, PAGE) == 1000
+    assert pack_room(TAIL_MIN - 1, PAGE) == pack_room(0, PAGE) == leaf_slot(LEAF)
+    assert pack_room(PAGE - 16, PAGE) == leaf_slot(LEAF)  # never over the leaf limit
+
+
+def test_a_put_packs_once_the_candidates_would_overfill_the_room() -> None:
+    assert not pack_due([], 2.0, 1000)
+    assert not pack_due([100] * 4, 2.0, 1000)  # 800 bytes estimated
+    assert pack_due([100] * 5, 2.0, 1000)  # 1,000: its node takes 1,018
+    assert pack_due([1] * PACK_MAX, 2.0, 1000)  # PACK_MAX wait
+
+
+def test_the_cut_is_the_longest_run_that_fits() -> None:
+    sizes = [200] * PACK_MAX  # estimated at 160 bytes a checkpoint
+    assert pack_cut(sizes, 0.8, 1000) == 6
+    assert leaf_slot(960) <= 1000 < leaf_slot(160 * 7)
+    assert pack_cut(sizes, 0.8, leaf_slot(LEAF)) == LEAF // 160
+    assert pack_cut([10] * PACK_MAX, 0.8, leaf_slot(LEAF)) == PACK_MAX
+    assert pack_cut([0, 0, 200, 0], 0.8, 150) == 2  # records left plain count nothing
+    assert pack_cut([5000] * 3, 0.8, 3000) == 1  # one too large still packs, alone
+
+
+def test_a_chat_packs_into_full_leaf_pages(tmp_path: Path) -> None:
+    """The sf=100 chat's packs hold more than the six checkpoints each a fixed count
+    gave (up to the leaf limit, two to a page, or what fills a page's tail;
+    docs/benchmarks.md stop 44), fill their pages and take no overflow page."""
+    scenario = {s.name: s for s in CHAT_SCENARIOS}["chat-delta-sf100"].with_turns(120)
+    with DeltaLogSaver(Environment(tmp_path / "s")) as saver:
+        graph = build_graph(scenario, saver)
+        for turn in range(120):
+            graph.invoke({MESSAGES: [human_message(scenario, turn)]}, thread_config("t"))
+        sizes = [len(v) for _, v in saver.env.iter_db("packs")]
+        plain = saver.env.stats()["checkpoints"]["entries"]
+        with saver.env.read() as r:
+            stat = r.txn.stat(saver.env._dbs.packs)
+    assert stat["overflow_pages"] == 0 and len(sizes) > 10
+    per_pack = (3 * 120 - plain) / len(sizes)
+    fill = sum(leaf_slot(s) for s in sizes) / (stat["leaf_pages"] * (PAGE - 16))
+    print(f"{per_pack=:.2f} {fill=:.3f}")
+    assert per_pack > 7.5 and fill > 0.9
+
+
+@pytest.mark.parametrize(("ratio", "value"), [("pack_ratio", 0.05), ("pack_dense_ratio", 0.3)])
+def test_a_pack_larger_than_estimated_is_cut_shorter(
+    tmp_path: Path, ratio: str, value: float
+) -> None:
+    """Estimates far too small before every turn (from the records' stored sizes, or
+    the dense pack's from its level-3 trial) make the cut take too many; the pack
+    is then cut again until it fits its leaf."""
+    scenario = {s.name: s for s in CHAT_SCENARIOS}["chat-delta-sf100"].with_turns(60)
+    with DeltaLogSaver(Environment(tmp_path / "s")) as saver:
+        graph = build_graph(scenario, saver)
+        for turn in range(60):
+            setattr(saver.env, ratio, value)
+            graph.invoke({MESSAGES: [human_message(scenario, turn)]}, thread_config("t"))
+        sizes = [len(v) for _, v in saver.env.iter_db("packs")]
+        with saver.env.read() as r:
+            stat = r.txn.stat(saver.env._dbs.packs)
+        assert saver.verify(deep=True).ok
+    assert len(sizes) > 5 and max(sizes) <= LEAF and stat["overflow_pages"] == 0
+
+
+def test_records_too_large_to_pack_stay_plain_among_packs(tmp_path: Path) -> None:
+    """Turns with records over PACK_RECORD_MAX (random text) amid small ones: those
+    records stay plain (no pack takes an overflow page), count for nothing in the
+    cut, and the turns around them are packed and read back as written."""
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    class State(TypedDict):
+        text: str
+
+    builder = StateGraph(State)
+    builder.add_node("echo", lambda state: {"text": state["text"] + "."})
+    builder.add_edge(START, "echo")
+    builder.add_edge("echo", END)
+    rng = random.Random(7)
+    sent = []
+    with DeltaLogSaver(Environment(tmp_path / "s")) as saver:
+        graph = builder.compile(checkpointer=saver)
+        config = thread_config("t")
+        for turn in range(80):
+            sent.append(rng.randbytes(3000 if turn % 10 == 3 else 20).hex())
+            graph.invoke({"text": sent[-1]}, config)
+        assert saver.verify(deep=True).ok
+        texts = [s.values["text"] for s in graph.get_state_history(config) if s.next == ()]
+        packs = [len(v) for _, v in saver.env.iter_db("packs")]
+        with saver.env.read() as r:
+            stat = r.txn.stat(saver.env._dbs.packs)
+    assert len(packs) > 5 and max(packs) <= LEAF and stat["overflow_pages"] == 0
+    assert texts == [text + "." for text in reversed(sent)]
