@@ -231,7 +231,7 @@ def demo_cmd(
     out.console.print("\n[bold]bytes per turn[/bold] (stored growth vs. size of the whole state)")
     for s in result.samples:
         out.console.print(
-            f"  turn {s.turn:>6,}: +{s.bytes_per_turn:>8,.0f} B/turn   thread "
+            f"  turn {s.turn:>6,}: {s.bytes_per_turn:>+9,.0f} B/turn   thread "
             f"{human_bytes(s.thread_bytes):>10}   state {human_bytes(s.state_bytes):>10}"
         )
     out.console.print(
