@@ -173,6 +173,15 @@ def test_diff_of_two_unresolved_sides(tmp_path: Path) -> None:
     assert "no differences" not in run("diff", path, "ev", ids[-2], ids[0]).stdout
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT as a terminal gives it, even when the tests
+    run as a shell's background job (which starts with SIGINT ignored, and an
+    ignored signal stays ignored across exec)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
     """A real `deltalog import` waiting on its pipe, interrupted: exit 130, one line on stderr."""
     import signal
@@ -184,9 +193,17 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_sigint,
     )
     try:
-        time.sleep(3)  # started and blocked reading stdin
+        # Started, and blocked reading its stdin pipe (a fixed sleep was too short on
+        # a loaded machine: the signal came while it still imported).
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            with open(f"/proc/{proc.pid}/wchan") as wchan:
+                if "pipe" in wchan.read():
+                    break
+            time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
