@@ -635,7 +635,7 @@ class WriteBase(TxnBase):
                 break
             plain.append((ckey, bytes(cur.value())))
             ok = cur.next()
-        candidates = plain[: len(plain) - PACK_KEEP]
+        candidates = plain[: max(0, len(plain) - PACK_KEEP)]
         checkpoint_sizes = [_packable(raw) for _, raw in candidates]
         page_size, tail = self.codec.page_size, self.env.pack_tail_free
         room = pack_room(tail, page_size)

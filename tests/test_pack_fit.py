@@ -13,6 +13,7 @@ from deltalog.bench.scenarios import CHAT_SCENARIOS
 from deltalog.engine import DeltaLogSaver, Environment
 from deltalog.engine.codec import leaf_max
 from deltalog.engine.packs import (
+    PACK_KEEP,
     PACK_MAX,
     SEQ_SIZE,
     TAIL_MIN,
@@ -150,3 +151,31 @@ def test_records_too_large_to_pack_stay_plain_among_packs(tmp_path: Path) -> Non
             stat = r.txn.stat(saver.env._dbs.packs)
     assert len(packs) > 5 and max(packs) <= LEAF and stat["overflow_pages"] == 0
     assert texts == [text + "." for text in reversed(sent)]
+
+
+def test_the_newest_checkpoints_are_never_packed(tmp_path: Path) -> None:
+    """Even when any candidate would be due (a ratio of 100 makes every estimate
+    overfill its room), a namespace's newest PACK_KEEP checkpoints stay plain."""
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    class State(TypedDict):
+        text: str
+
+    builder = StateGraph(State)
+    builder.add_node("echo", lambda state: {"text": state["text"] + "."})
+    builder.add_edge(START, "echo")
+    builder.add_edge("echo", END)
+    with DeltaLogSaver(Environment(tmp_path / "s")) as saver:
+        saver.env.pack_checkpoint_ratio = 100.0
+        graph = builder.compile(checkpointer=saver)
+        for turn in range(3):
+            graph.invoke({"text": f"turn {turn}"}, thread_config(f"t{turn}"))
+            assert saver.env.stats()["packs"]["entries"] == 0
+        graph.invoke({"text": "again"}, thread_config("t0"))
+        stats = saver.env.stats()
+    # t0 has six checkpoints now: the oldest two packed (one at a time), the
+    # newest four plain; t1 and t2 keep their three each.
+    assert stats["packs"]["entries"] >= 1
+    assert stats["checkpoints"]["entries"] == PACK_KEEP + 2 * 3
