@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any, TypedDict
 
 import lmdb
 import pytest
@@ -23,9 +24,32 @@ from deltalog.engine.packs import (
     pack_room,
     tail_after,
 )
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
 
 PAGE = 4096
 LEAF = leaf_max(SEQ_SIZE, PAGE)
+
+
+class EchoState(TypedDict):
+    text: str
+
+
+def _echo_graph(saver: DeltaLogSaver) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """A one-node graph that stores its input text with a dot added."""
+    builder = StateGraph(EchoState)
+    builder.add_node("echo", lambda state: {"text": state["text"] + "."})
+    builder.add_edge(START, "echo")
+    builder.add_edge("echo", END)
+    return builder.compile(checkpointer=saver)
+
+
+def _packs(saver: DeltaLogSaver) -> tuple[list[int], dict[str, int]]:
+    """The stored size of each pack, and LMDB's stat of the ``packs`` database."""
+    sizes = [len(v) for _, v in saver.env.iter_db("packs")]
+    with saver.env.read() as r:
+        stat = r.txn.stat(saver.env._dbs.packs)
+    return sizes, stat
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -90,14 +114,11 @@ def test_a_chat_packs_into_full_leaf_pages(tmp_path: Path) -> None:
         graph = build_graph(scenario, saver)
         for turn in range(120):
             graph.invoke({MESSAGES: [human_message(scenario, turn)]}, thread_config("t"))
-        sizes = [len(v) for _, v in saver.env.iter_db("packs")]
+        sizes, stat = _packs(saver)
         plain = saver.env.stats()["checkpoints"]["entries"]
-        with saver.env.read() as r:
-            stat = r.txn.stat(saver.env._dbs.packs)
     assert stat["overflow_pages"] == 0 and len(sizes) > 10
     per_pack = (3 * 120 - plain) / len(sizes)
     fill = sum(leaf_slot(s) for s in sizes) / (stat["leaf_pages"] * (PAGE - 16))
-    print(f"{per_pack=:.2f} {fill=:.3f}")
     assert per_pack > 7.5 and fill > 0.9
 
 
@@ -114,9 +135,7 @@ def test_a_pack_larger_than_estimated_is_cut_shorter(
         for turn in range(60):
             setattr(saver.env, ratio, value)
             graph.invoke({MESSAGES: [human_message(scenario, turn)]}, thread_config("t"))
-        sizes = [len(v) for _, v in saver.env.iter_db("packs")]
-        with saver.env.read() as r:
-            stat = r.txn.stat(saver.env._dbs.packs)
+        sizes, stat = _packs(saver)
         assert saver.verify(deep=True).ok
     assert len(sizes) > 5 and max(sizes) <= LEAF and stat["overflow_pages"] == 0
 
@@ -125,30 +144,17 @@ def test_records_too_large_to_pack_stay_plain_among_packs(tmp_path: Path) -> Non
     """Turns with records over PACK_RECORD_MAX (random text) amid small ones: those
     records stay plain (no pack takes an overflow page), count for nothing in the
     cut, and the turns around them are packed and read back as written."""
-    from typing import TypedDict
-
-    from langgraph.graph import END, START, StateGraph
-
-    class State(TypedDict):
-        text: str
-
-    builder = StateGraph(State)
-    builder.add_node("echo", lambda state: {"text": state["text"] + "."})
-    builder.add_edge(START, "echo")
-    builder.add_edge("echo", END)
     rng = random.Random(7)
     sent = []
     with DeltaLogSaver(Environment(tmp_path / "s")) as saver:
-        graph = builder.compile(checkpointer=saver)
+        graph = _echo_graph(saver)
         config = thread_config("t")
         for turn in range(80):
             sent.append(rng.randbytes(3000 if turn % 10 == 3 else 20).hex())
             graph.invoke({"text": sent[-1]}, config)
         assert saver.verify(deep=True).ok
         texts = [s.values["text"] for s in graph.get_state_history(config) if s.next == ()]
-        packs = [len(v) for _, v in saver.env.iter_db("packs")]
-        with saver.env.read() as r:
-            stat = r.txn.stat(saver.env._dbs.packs)
+        packs, stat = _packs(saver)
     assert len(packs) > 5 and max(packs) <= LEAF and stat["overflow_pages"] == 0
     assert texts == [text + "." for text in reversed(sent)]
 
@@ -156,20 +162,9 @@ def test_records_too_large_to_pack_stay_plain_among_packs(tmp_path: Path) -> Non
 def test_the_newest_checkpoints_are_never_packed(tmp_path: Path) -> None:
     """Even when any candidate would be due (a ratio of 100 makes every estimate
     overfill its room), a namespace's newest PACK_KEEP checkpoints stay plain."""
-    from typing import TypedDict
-
-    from langgraph.graph import END, START, StateGraph
-
-    class State(TypedDict):
-        text: str
-
-    builder = StateGraph(State)
-    builder.add_node("echo", lambda state: {"text": state["text"] + "."})
-    builder.add_edge(START, "echo")
-    builder.add_edge("echo", END)
     with DeltaLogSaver(Environment(tmp_path / "s")) as saver:
         saver.env.pack_checkpoint_ratio = 100.0
-        graph = builder.compile(checkpointer=saver)
+        graph = _echo_graph(saver)
         for turn in range(3):
             graph.invoke({"text": f"turn {turn}"}, thread_config(f"t{turn}"))
             assert saver.env.stats()["packs"]["entries"] == 0
