@@ -612,9 +612,10 @@ class WriteBase(TxnBase):
     def pack_behind(self, t: int, n: int) -> bool:
         """Pack the oldest plain checkpoints of (thread, ns) after its last pack, and
         their writes, leaving the newest :data:`~deltalog.engine.packs.PACK_KEEP`
-        plain, once :func:`~deltalog.engine.packs.pack_cut` finds enough of them
-        to fill the page space :func:`~deltalog.engine.packs.pack_room` gives
-        (one fewer at a time while the pack comes out larger). Records over
+        plain, once :func:`~deltalog.engine.packs.pack_due` finds enough of them
+        to fill the page space :func:`~deltalog.engine.packs.pack_room` gives: as
+        many as :func:`~deltalog.engine.packs.pack_cut` fits there (one fewer at
+        a time while the pack comes out larger). Records over
         :data:`~deltalog.engine.packs.PACK_RECORD_MAX` stay plain. Returns
         whether it wrote a pack."""
         if self.dbs.packs is None:
