@@ -1,8 +1,9 @@
 """Channel values: blob records and delta blobs (put, resolve, rebase), and inline values.
 
 A value of at least :data:`DELTA_MIN` bytes is stored as a zstd delta of an
-earlier version of its channel (skip deltas keep chains near log2(versions),
-plus a link per ~2 MiB of growth on very long threads);
+earlier version of its channel (skip deltas keep chains within 3 links per
+base-4 digit of the versions, plus a link per ~2 MiB of growth on very long
+threads);
 a delta may also take the channel's recent writes as its dictionary.
 """
 
@@ -477,11 +478,13 @@ class BlobWrites(WriteBase, BlobReads):
         """Store one channel value unless that version is already stored (first writer wins).
 
         Values of at least ``DELTA_MIN`` bytes are stored as zstd deltas with
-        *skip-delta* bases (Subversion's FSFS scheme): the n-th stored version
-        of a channel since its last full record is compressed against the
-        version whose index is n with its lowest set bit cleared. A read
-        resolves at most popcount(n) links — ~log2 of the versions — and a
-        version costs about the content added since its base, so neither
+        *skip-delta* bases (Subversion's FSFS scheme, in base 4:
+        :func:`~deltalog.engine.core.skip_base`): the n-th stored version of a
+        channel since its last full record is compressed against the version
+        whose index is n less the place value of its lowest nonzero base-4
+        digit (the version before it, for three in four). A read resolves at
+        most the digit sum of n links — 3 per base-4 digit — and a version
+        costs about the content added since its base, so neither
         reads nor per-version bytes grow with the thread the way periodic
         full "keyframes" do (with a keyframe every 8 links, a 3,334-turn chat
         stored 34 MB; see docs/benchmarks.md). A link whose value grew by more

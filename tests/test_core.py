@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 from deltalog.engine.blobs import MAX_LINKS, SPLIT_MAX, link_span
 from deltalog.engine.core import (
+    SKIP_RADIX,
     DeltaWalk,
     Node,
     delta_chains,
@@ -78,12 +79,32 @@ def chain_links(n: int, span: int | None = None, growth: int | None = None) -> l
     return links
 
 
-def test_skip_deltas_keep_every_chain_near_log2_of_the_versions() -> None:
-    """The base choice: no chain longer than log2(versions) + 1 links, plain ints in."""
+def test_skip_deltas_keep_every_chain_near_log_of_the_versions() -> None:
+    """The base choice: no chain longer than 3 links per base-4 digit of the
+    versions (SKIP_RADIX - 1 each), plain ints in."""
     links = chain_links(1000)
     assert links[0] == 0 and links[1] == 1
-    assert max(links) <= math.log2(1000) + 1
+    assert max(links) <= (SKIP_RADIX - 1) * math.ceil(math.log(1000, SKIP_RADIX))
     assert max(links) >= math.log2(1000) - 1  # a delta chain, not full records
+
+
+def _span(index: int) -> int:
+    """How many versions back the base of the version with this index is."""
+    found = skip_base(range(index - 1, -1, -1))
+    assert found is not None and found[1] == index
+    return found[0] + 1
+
+
+def test_three_versions_in_four_are_deltas_of_the_one_before() -> None:
+    """With SKIP_RADIX 4 a version's base is the one before it unless its index is
+    a multiple of 4, and what the deltas span in all (what they store: the
+    content added since their bases) is a quarter less than with radix 2."""
+    assert SKIP_RADIX == 4
+    spans = [_span(index) for index in range(1, 1001)]
+    assert [index for index, span in enumerate(spans, 1) if span > 1] == list(range(4, 1001, 4))
+    assert [_span(index) for index in (8, 16, 48, 64, 192, 256)] == [4, 16, 16, 64, 64, 256]
+    radix_2 = sum(index & -index for index in range(1, 1001))  # lowest set bit cleared
+    assert sum(spans) < 0.8 * radix_2
 
 
 def test_a_span_bounds_every_link_and_keeps_chains_short() -> None:
@@ -91,6 +112,7 @@ def test_a_span_bounds_every_link_and_keeps_chains_short() -> None:
     more than span versions back, and a chain is ~versions/span + log2(span) links."""
     assert skip_base(range(191, -1, -1), span=32) == (31, 192)  # index 160, not 128
     assert skip_base(range(199, -1, -1), span=32) == (7, 200)  # index 192: near already
+    assert skip_base(range(199, -1, -1)) == (3, 200)  # unsplit (3020 in base 4): index 196
     assert skip_base(range(191, -1, -1), span=1) == (0, 192)
     links = chain_links(1000, span=32)
     assert max(links) <= 1000 // 32 + math.log2(32) + 1
@@ -129,13 +151,16 @@ def test_skip_base_reads_only_as_far_as_the_base() -> None:
     seen: list[int] = []
 
     def lazy() -> Iterator[int]:
-        for i in [5, 4, 3, 2, 1, 0]:
+        for i in [7, 6, 5, 4, 3, 2, 1, 0]:
             seen.append(i)
             yield i
 
-    assert skip_base(lazy()) == (1, 6)  # new index 6: base index 4, one version back
-    assert seen == [5, 4]
-    assert skip_base([7, 6, 5, 4, 3, 2, 1, 0]) == (7, 8)
+    assert skip_base(lazy()) == (3, 8)  # new index 8 (20 in base 4): base index 4
+    assert seen == [7, 6, 5, 4]
+    seen.clear()
+    assert skip_base(lazy(), span=2) == (1, 8)  # at most two back: base index 6
+    assert seen == [7, 6]
+    assert skip_base([6, 5, 4, 3, 2, 1, 0]) == (0, 7)
     assert skip_base([]) is None
     assert skip_base([3, 2]) is None  # new index 4 wants the full record: missing
 
