@@ -124,12 +124,12 @@ def skip_base(indices: Iterable[int], span: int | None = None) -> tuple[int, int
     the nearest earlier version whose index is at most that index less the
     place value of its lowest nonzero base-:data:`SKIP_RADIX` digit (index 12,
     30 in base 4, takes index 8; 13 takes 12): a chain has at most 3 links per
-    base-4 digit of the index. With ``span`` (a power of two), the base is at
-    most ``span`` indices back: the store splits a link whose value grew too
-    much for zstd (``blobs.link_span``). A split link takes radix 2's base
-    (the index with its lowest set bit cleared) within that span: on radix 4's
-    lattice, spans of 32 took three links per 64 versions where radix 2 takes
-    two (52 links at 1,000 versions against 35).
+    base-4 digit of the index. With ``span``, the base is at most ``span``
+    indices back: the store splits a link whose value grew too much for zstd
+    (``blobs.link_span``). On the base-4 lattice a span of 32 on every link
+    makes three links per 64 versions (radix 2: two), but the store only
+    splits links farther back than their span, so its chains stay within 37
+    links in the growth simulation of ``tests/test_core.py`` (radix 2: 35).
 
     Args:
         indices: The indices of the channel's stored versions, newest first.
@@ -165,7 +165,7 @@ def skip_base(indices: Iterable[int], span: int | None = None) -> tuple[int, int
     if span is not None:
         if span < 1:
             raise ValueError(f"skip_base: span={span!r}; pass 1 or more, or None")
-        target = max(seq & (seq - 1), seq - span)
+        target = max(target, seq - span)
     steps = 0
     while index > target:
         index = next(it, None)

@@ -109,13 +109,14 @@ def test_three_versions_in_four_are_deltas_of_the_one_before() -> None:
 
 def test_a_span_bounds_every_link_and_keeps_chains_short() -> None:
     """With a span (the store's split of a link that grew too much), no base is
-    more than span versions back, and a chain is ~versions/span + log2(span) links."""
+    more than span versions back, and a chain is ~1.5 versions/span (three links
+    per two spans on the base-4 lattice) + 3 links per base-4 digit of span."""
     assert skip_base(range(191, -1, -1), span=32) == (31, 192)  # index 160, not 128
-    assert skip_base(range(199, -1, -1), span=32) == (7, 200)  # index 192: near already
-    assert skip_base(range(199, -1, -1)) == (3, 200)  # unsplit (3020 in base 4): index 196
+    assert skip_base(range(199, -1, -1), span=32) == (3, 200)  # index 196 (200 is 3020 in
+    assert skip_base(range(199, -1, -1)) == (3, 200)  # base 4): within the span already
     assert skip_base(range(191, -1, -1), span=1) == (0, 192)
     links = chain_links(1000, span=32)
-    assert max(links) <= 1000 // 32 + math.log2(32) + 1
+    assert max(links) <= 3 * 1000 // (2 * 32) + (SKIP_RADIX - 1) * math.ceil(math.log(32, 4)) + 1
     assert links[192] == 1 + links[160]
     with pytest.raises(ValueError, match="span=0"):
         skip_base([3, 2, 1, 0], span=0)
