@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deltalog.engine import DeltaLogSaver
+from deltalog.engine import DeltaLogSaver, core
 from deltalog.engine.blobs import DELTA_MIN
 from deltalog.engine.cache import DecodedCache
 from deltalog.engine.codec import COMPACT, KEYED, TAG_DELTA_COMPACT, RecordCodec
@@ -59,6 +59,32 @@ def test_growing_values_are_stored_as_skip_deltas(make_saver: Callable[..., Delt
         digits += 1
     bound = (SKIP_RADIX - 1) * digits
     assert max(chain_length(saver, key, raw) for key, raw in large) <= bound
+
+
+def test_radix_2_chains_continued_in_radix_4_read_back(
+    make_saver: Callable[..., DeltaLogSaver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store written before stop 45 (skip-delta bases in base 2), continued with
+    base-4 bases: the new versions' bases are chosen from the same indices, and
+    every version reads back as InMemorySaver gives it."""
+    saver = make_saver()
+    monkeypatch.setattr(core, "SKIP_RADIX", 2)
+    run(saver, 30, None)
+    monkeypatch.setattr(core, "SKIP_RADIX", 4)
+    graph = run(saver, 30, None)
+    reference = InMemorySaver()
+    run(reference, 30, None)
+    want = run(reference, 30, None)
+    assert history(graph, cfg("t")) == history(want, cfg("t"))
+    assert saver.verify(deep=True).ok
+    with saver.env.read() as r:
+        large = [
+            (key, raw)
+            for key, raw in saver.env.iter_db("blobs")
+            if len(r.blob_typed(key, raw)[1]) >= DELTA_MIN
+        ]
+    assert len(large) > 64
+    assert max(chain_length(saver, key, raw) for key, raw in large) <= 12
 
 
 def delta_links(saver: DeltaLogSaver) -> list[tuple[int, int, int]]:
