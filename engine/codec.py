@@ -913,23 +913,22 @@ class ZstdCompressor:
             if dict_id is None:
                 ctx = zstandard.ZstdCompressor(compression_params=params)
             else:
-                ctx = zstandard.ZstdCompressor(
-                    compression_params=params, dict_data=self._prepare_dense(dict_id, dictionary)
-                )
+                prepared = self._prepare_dense(dict_id, dictionary, params)
+                ctx = zstandard.ZstdCompressor(compression_params=params, dict_data=prepared)
         try:
             return ctx.compress(data)  # type: ignore[no-any-return]
         finally:
             pool.append(ctx)
 
-    def _prepare_dense(self, dict_id: int, dictionary: bytes) -> zstandard.ZstdCompressionDict:
-        """The dictionary's tables at :data:`DENSE_PARAMS`, built once (its own
-        object: a dictionary precomputed for one level is used at that level)."""
+    def _prepare_dense(
+        self, dict_id: int, dictionary: bytes, params: zstandard.ZstdCompressionParameters
+    ) -> zstandard.ZstdCompressionDict:
+        """The dictionary's tables at the dense contexts' ``params``, built once (its
+        own object: a dictionary precomputed for one level is used at that level)."""
         prepared = self._prepared_dense.get(dict_id)
         if prepared is None:
             prepared = zstandard.ZstdCompressionDict(dictionary)
-            prepared.precompute_compress(
-                compression_params=zstandard.ZstdCompressionParameters(**DENSE_PARAMS)
-            )
+            prepared.precompute_compress(compression_params=params)
             prepared = self._prepared_dense.setdefault(dict_id, prepared)
         return prepared
 
