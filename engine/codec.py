@@ -388,6 +388,11 @@ class Ahead(NamedTuple):
     payload: bytes
     dense: bytes | None
 
+    @property
+    def size(self) -> int:
+        """The bytes of the record it frames at the codec's level, without a prefix."""
+        return 1 + len(self.payload) + CRC_SIZE
+
 
 class DeltaHeader(NamedTuple):
     """A checked delta record, split (see :meth:`RecordCodec.delta_header`).
@@ -1047,7 +1052,6 @@ class RecordCodec:
         fast: bool = False,
         ahead: Ahead | None = None,
         compact: bool = False,
-        dense: bool = True,
     ) -> bytes:
         """:meth:`encode` of a record already packed with msgpack.
 
@@ -1062,8 +1066,7 @@ class RecordCodec:
         used while the body and the active dictionary are the ones it was made
         with, else ignored. The record is the same either way. ``compact`` marks
         ``body`` as a checkpoint record's compact form (:data:`COMPACT`; see
-        :meth:`encode_checkpoint`). ``dense=False`` never spends
-        :data:`DENSE_LEVEL` on it (a turn pack, made inside a ``put``).
+        :meth:`encode_checkpoint`).
         """
         if ahead is not None and (
             fast
@@ -1076,11 +1079,11 @@ class RecordCodec:
             tag, payload = self._compress(body, compress_from, fast)
         else:
             tag, payload = ahead.tag, ahead.payload
-            self._sample_untrained(body)
+            if self.compress_threshold is not None:  # as _compress samples
+                self._sample_untrained(body)
         if (
             tag != TAG_PLAIN
             and key is not None
-            and dense
             and not fast
             and len(body) <= DENSE_MAX
             and self._dense_pays(payload, len(key), len(prefix))
@@ -1117,9 +1120,13 @@ class RecordCodec:
             return self.encode_body(body, key=key), body
         return self.encode_body(small, key=key, compact=True), body
 
-    def compress_ahead(self, body: bytes, key_size: int, prefix_size: int) -> Ahead:
+    def compress_ahead(
+        self, body: bytes, key_size: int, prefix_size: int, *, dense: bool = True
+    ) -> Ahead:
         """Compress ``body`` as :meth:`encode_body` would under a key of ``key_size``
-        bytes behind a ``prefix_size``-byte prefix, outside the write transaction.
+        bytes behind a ``prefix_size``-byte prefix, outside the write transaction
+        (with ``dense`` False, at the codec's level only: :meth:`encode_body` makes
+        the :data:`DENSE_LEVEL` frame when it is handed this).
 
         A writer compresses a large record (a long message) before it queues for
         the store's single writer, so the other writers of a group commit (the
@@ -1132,14 +1139,15 @@ class RecordCodec:
         """
         dictionary = self.active_dictionary
         tag, payload = self._compress(body, None, False, sample=False)
-        dense = None
+        tighter = None
         if (
-            tag != TAG_PLAIN
+            dense
+            and tag != TAG_PLAIN
             and len(body) <= DENSE_MAX
             and self._dense_pays(payload, key_size, prefix_size)
         ):
-            dense = self._dense_payload(tag, body, payload)
-        return Ahead(body, dictionary, tag, payload, dense)
+            tighter = self._dense_payload(tag, body, payload)
+        return Ahead(body, dictionary, tag, payload, tighter)
 
     def _compress(
         self, body: bytes, compress_from: int | None, fast: bool, *, sample: bool = True

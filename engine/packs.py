@@ -93,16 +93,12 @@ def prefix_of(key: bytes) -> bytes:
     return key[: keys.split_ids(key, 2)[1]]
 
 
-def encode_pack(
-    codec: RecordCodec,
-    checkpoints: list[tuple[bytes, bytes, bool]],
-    writes: list[tuple[bytes, bytes, bytes]],
-    *,
-    dense: bool = True,
+def pack_body(
+    checkpoints: list[tuple[bytes, bytes, bool]], writes: list[tuple[bytes, bytes, bytes]]
 ) -> tuple[bytes, bytes]:
-    """``(index key, record)`` of a pack of ``checkpoints`` ``(key, body, compact)``
-    and ``writes`` ``(key, body, channel)``, each in key order, all under one
-    thread and namespace."""
+    """``(index key, msgpack body)`` of a pack of ``checkpoints`` ``(key, body,
+    compact)`` and ``writes`` ``(key, body, channel)``, each in key order, all
+    under one thread and namespace."""
     index_key = max(entries[-1][0] for entries in (checkpoints, writes) if entries)
     plen = len(prefix_of(index_key))
     body = ormsgpack.packb(
@@ -111,7 +107,7 @@ def encode_pack(
             [[key[plen:], channel, rec] for key, rec, channel in writes],
         ]
     )
-    return index_key, codec.encode_body(body, key=index_key, dense=dense)
+    return index_key, body
 
 
 def decode_pack(codec: RecordCodec, index_key: bytes, raw: bytes, where: str) -> Pack:
@@ -147,10 +143,18 @@ def decode_pack(codec: RecordCodec, index_key: bytes, raw: bytes, where: str) ->
     return Pack(checkpoints, writes)
 
 
+def packable(raw: bytes) -> bool:
+    """Whether a plain record (a write's without its channel uid) may go into a
+    pack: not larger than :data:`PACK_RECORD_MAX`. The one rule both the cut's
+    estimate (:func:`pack_cut`) and :func:`body_of` apply."""
+    return len(raw) <= PACK_RECORD_MAX
+
+
 def body_of(codec: RecordCodec, key: bytes, raw: bytes, channel: bytes = b"") -> Any:
-    """``(body, compact)`` of a plain record to pack, or None when it stays plain (a
-    delta, or larger than :data:`PACK_RECORD_MAX`)."""
-    if len(raw) > PACK_RECORD_MAX:
+    """``(body, compact)`` of a plain record to pack (a write's ``raw`` without its
+    ``channel`` uid), or None when it stays plain (a delta, or not
+    :func:`packable`)."""
+    if not packable(raw):
         return None
     body = codec.body(
         raw, f"{'writes' if channel else 'checkpoints'}/{key.hex()}", key=key, prefix=channel

@@ -43,17 +43,17 @@ from deltalog.engine.names import (
 from deltalog.engine.packs import (
     PACK_KEEP,
     PACK_MAX,
-    PACK_RECORD_MAX,
     RATIO_MIN_BYTES,
     SEQ_SIZE,
     Pack,
     body_of,
     decode_pack,
-    encode_pack,
     leaf_slot,
+    pack_body,
     pack_cut,
     pack_due,
     pack_room,
+    packable,
     tail_after,
 )
 from deltalog.engine.store_rows import (
@@ -63,6 +63,7 @@ from deltalog.engine.store_rows import (
 )
 
 if TYPE_CHECKING:
+    from deltalog.engine.codec import Ahead
     from deltalog.engine.env_open import EnvironmentBase
 
 DB_NAMES: Final = ("meta", "names", "names_rev", "checkpoints", "writes", "blobs", "runs")
@@ -107,12 +108,6 @@ class Dbs:
 #: bytes, or a str id in older records), channel versions, inline values and
 #: the ``blobbed`` mask (None before format 5).
 Envelope = tuple[Any, dict[str, Version], dict[str, Any], int | None]
-
-
-def _packable(raw: bytes) -> int:
-    """A plain record's stored bytes, or 0 for one a pack leaves plain (over
-    :data:`~deltalog.engine.packs.PACK_RECORD_MAX`)."""
-    return len(raw) if len(raw) <= PACK_RECORD_MAX else 0
 
 
 def prefix_end(prefix: bytes) -> bytes:
@@ -615,8 +610,8 @@ class WriteBase(TxnBase):
         plain, once :func:`~deltalog.engine.packs.pack_due` finds enough of them
         to fill the page space :func:`~deltalog.engine.packs.pack_room` gives: as
         many as :func:`~deltalog.engine.packs.pack_cut` fits there (one fewer at
-        a time while the pack comes out larger). Records over
-        :data:`~deltalog.engine.packs.PACK_RECORD_MAX` stay plain. Returns
+        a time while the pack comes out larger). Records
+        :func:`~deltalog.engine.packs.packable` refuses stay plain. Returns
         whether it wrote a pack."""
         if self.dbs.packs is None:
             return False
@@ -637,7 +632,8 @@ class WriteBase(TxnBase):
             plain.append((ckey, bytes(cur.value())))
             ok = cur.next()
         candidates = plain[: max(0, len(plain) - PACK_KEEP)]
-        checkpoint_sizes = [_packable(raw) for _, raw in candidates]
+        # Stored bytes of each candidate, 0 for one a pack leaves plain.
+        checkpoint_sizes = [len(raw) if packable(raw) else 0 for _, raw in candidates]
         page_size, tail = self.codec.page_size, self.env.pack_tail_free
         room = pack_room(tail, page_size)
         if not pack_due(checkpoint_sizes, self.env.pack_checkpoint_ratio, room):
@@ -656,8 +652,8 @@ class WriteBase(TxnBase):
             while wkey >= plain[i + 1][0]:
                 i += 1
             value = bytes(wcur.value())
-            sizes[i] += _packable(value)
             channel, _, record = split_write_value(value)
+            sizes[i] += len(value) if packable(record) else 0
             groups[i].append((wkey, channel, record))
             ok = wcur.next()
         m = pack_cut(sizes, self.env.pack_ratio, room)
@@ -674,25 +670,27 @@ class WriteBase(TxnBase):
             bring.append((mine, theirs))
         # Cut at level 3 first (a pack at the dense level costs ~30 times as much),
         # its size scaled by the last dense pack's over its level-3 one; then one
-        # checkpoint fewer at a time while the dense pack still does not fit.
-        trial, trial_m, guessed = b"", 0, True
+        # checkpoint fewer at a time while the dense pack still does not fit. The
+        # trial that holds is the level-3 frame the dense pack starts from.
+        trial: Ahead | None = None
+        guessed = True
         while True:
             checkpoints = [c for mine, _ in bring[:m] for c in mine]
             writes = [w for _, theirs in bring[:m] for w in theirs]
             if not checkpoints and not writes:
                 return False
+            index_key, body = pack_body(checkpoints, writes)
             if guessed:
-                _, trial = encode_pack(self.codec, checkpoints, writes, dense=False)
-                trial_m = m
-                if m > 1 and leaf_slot(round(len(trial) * self.env.pack_dense_ratio)) > room:
+                trial = self.codec.compress_ahead(body, len(index_key), 0, dense=False)
+                if m > 1 and leaf_slot(round(trial.size * self.env.pack_dense_ratio)) > room:
                     m -= 1
                     continue
-            index_key, record = encode_pack(self.codec, checkpoints, writes)
+            record = self.codec.encode_body(body, key=index_key, ahead=trial if guessed else None)
             if m == 1 or leaf_slot(len(record)) <= room:
                 break
             m, guessed = m - 1, False
-        if trial_m == m and record != trial:
-            self.env.pack_dense_ratio = len(record) / len(trial)
+        if guessed and trial is not None and len(record) != trial.size:
+            self.env.pack_dense_ratio = len(record) / trial.size
         if sum(checkpoint_sizes[:m]) >= RATIO_MIN_BYTES:
             self.env.pack_ratio = len(record) / sum(sizes[:m])
             self.env.pack_checkpoint_ratio = len(record) / sum(checkpoint_sizes[:m])

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import random
+import string
+from collections import Counter
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -11,11 +13,12 @@ import lmdb
 import pytest
 from deltalog.bench.graphs import MESSAGES, build_graph, human_message, thread_config
 from deltalog.bench.scenarios import CHAT_SCENARIOS
-from deltalog.engine import DeltaLogSaver, Environment
-from deltalog.engine.codec import leaf_max
+from deltalog.engine import DeltaLogSaver, Environment, txn_base
+from deltalog.engine.codec import RecordCodec, ZstdCompressor, leaf_max
 from deltalog.engine.packs import (
     PACK_KEEP,
     PACK_MAX,
+    PACK_RECORD_MAX,
     SEQ_SIZE,
     TAIL_MIN,
     leaf_slot,
@@ -174,3 +177,102 @@ def test_the_newest_checkpoints_are_never_packed(tmp_path: Path) -> None:
     # newest four plain; t1 and t2 keep their three each.
     assert stats["packs"]["entries"] >= 1
     assert stats["checkpoints"]["entries"] == PACK_KEEP + 2 * 3
+
+
+class _Counting(ZstdCompressor):
+    """The codec's compressor, counting what it compresses at level 3 and densely."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.level3: Counter[bytes] = Counter()
+        self.dense: Counter[bytes] = Counter()
+
+    def compress(self, data: bytes) -> bytes:
+        self.level3[data] += 1
+        return super().compress(data)
+
+    def compress_with_dict(self, data: bytes, dict_id: int, dictionary: bytes) -> bytes:
+        self.level3[data] += 1
+        return super().compress_with_dict(data, dict_id, dictionary)
+
+    def compress_dense(self, data: bytes, dict_id: int | None, dictionary: bytes) -> bytes:
+        self.dense[data] += 1
+        return super().compress_dense(data, dict_id, dictionary)
+
+
+def _pack_bodies(saver: DeltaLogSaver) -> list[bytes]:
+    """The msgpack body of every pack in the store."""
+    index = {seq: key for key, seq in saver.env.iter_db("pack_index")}
+    codec: RecordCodec = saver.env.codec
+    found = [codec.body(raw, "packs", key=index[seq]) for seq, raw in saver.env.iter_db("packs")]
+    return [body for body in found if body is not None]
+
+
+def test_a_pack_is_compressed_at_level_3_once_and_sampled_once(tmp_path: Path) -> None:
+    """The level-3 trial that decides the cut is the frame the dense pack starts
+    from: each pack body is compressed at level 3 once and densely at most once,
+    and offered to the dictionary's samples once (not again when it is written)."""
+    scenario = {s.name: s for s in CHAT_SCENARIOS}["chat-delta-sf100"].with_turns(60)
+    with DeltaLogSaver(Environment(tmp_path / "s")) as saver:
+        codec = saver.env.codec
+        counting = codec.compressor = _Counting()
+        sampled: Counter[bytes] = Counter()
+        sample = codec._sample
+
+        def recording(body: bytes) -> None:
+            sampled[body] += 1
+            sample(body)
+
+        codec._sample = recording  # type: ignore[method-assign]
+        graph = build_graph(scenario, saver)
+        for turn in range(60):
+            graph.invoke({MESSAGES: [human_message(scenario, turn)]}, thread_config("t"))
+        bodies = _pack_bodies(saver)
+    assert len(bodies) > 5
+    assert [counting.level3[b] for b in bodies] == [1] * len(bodies)
+    assert max(counting.dense[b] for b in bodies) == 1
+    assert max(sampled[b] for b in bodies) == 1  # some packs came before the dictionary
+
+
+def test_the_cut_counts_the_records_a_pack_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cut's estimate of each checkpoint counts the stored bytes of exactly the
+    records the pack takes from it, even a write whose record is within
+    PACK_RECORD_MAX and whose stored value, with its channel uid, is not."""
+    events: list[tuple[Any, ...]] = []
+    cut, body_of = txn_base.pack_cut, txn_base.body_of  # type: ignore[attr-defined]
+
+    def recording_cut(sizes: list[int], ratio: float, room: int) -> int:
+        m = cut(sizes, ratio, room)
+        events.append(("cut", list(sizes[:m])))
+        return m
+
+    def recording_body(codec: RecordCodec, key: bytes, raw: bytes, channel: bytes = b"") -> Any:
+        found = body_of(codec, key, raw, channel)
+        events.append(("record", bool(channel), len(channel) + len(raw), found is not None))
+        return found
+
+    monkeypatch.setattr(txn_base, "pack_cut", recording_cut)
+    monkeypatch.setattr(txn_base, "body_of", recording_body)
+    rng = random.Random(3)
+    with DeltaLogSaver(Environment(tmp_path / "s")) as saver:
+        graph = _echo_graph(saver)
+        for turn in range(120):
+            text = "".join(rng.choices(string.ascii_letters, k=1250 + 2 * turn))
+            graph.invoke({"text": text}, thread_config("t"))
+        assert saver.verify(deep=True).ok
+    estimated: list[list[int]] = []
+    taken: list[list[int]] = []
+    on_edge = 0
+    for event in events:
+        if event[0] == "cut":
+            estimated.append(event[1])
+            taken.append([])
+        elif not event[1]:  # a checkpoint: its group starts
+            taken[-1].append(event[2] if event[3] else 0)
+        else:
+            taken[-1][-1] += event[2] if event[3] else 0
+            on_edge += event[3] and event[2] > PACK_RECORD_MAX
+    assert len(estimated) > 5 and on_edge > 0
+    assert taken == estimated
