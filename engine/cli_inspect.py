@@ -649,7 +649,9 @@ def stats_cmd(path: Path, top: int, as_json: bool) -> None:
     small values held in checkpoint records, writes, bytes as stored and
     before compression. Per thread: bytes of
     its checkpoints, writes and values. Store: the data file, the pages in
-    use, and the LMDB map size (it grows automatically). Bars compare bytes.
+    use (and how many of them are on LMDB's free list, reused by later
+    writes; `deltalog compact` gives them back), and the LMDB map size (it
+    grows automatically). Bars compare bytes.
     """
     out = Output(as_json)
     with open_store(path) as opened:
@@ -703,6 +705,7 @@ def stats_cmd(path: Path, top: int, as_json: bool) -> None:
         "record_bytes": sum(t.bytes for t in threads),
         "file_bytes": file_bytes,
         "used_bytes": store["used_bytes"],
+        "free_bytes": store["free_bytes"],
         "map_size": store["map_size"],
         "compression_ratio": round(raw_total / stored_total, 3) if stored_total else None,
         "databases": {k: v for k, v in store.items() if isinstance(v, dict)},
@@ -715,8 +718,9 @@ def stats_cmd(path: Path, top: int, as_json: bool) -> None:
         f"checkpoints, {summary['writes']:,} writes, {summary['values']:,} values"
     )
     out.console.print(
-        f"file {human_bytes(file_bytes)}, pages in use {human_bytes(store['used_bytes'])}, "
-        f"map {human_bytes(store['map_size'])} "
+        f"file {human_bytes(file_bytes)}, pages in use {human_bytes(store['used_bytes'])} "
+        f"({human_bytes(store['free_bytes'])} of them free for reuse; compact gives them "
+        f"back), map {human_bytes(store['map_size'])} "
         f"({store['used_bytes'] / store['map_size']:.0%} used; the map grows on demand)"
         + (
             f"; compression {summary['compression_ratio']:.2f}×"

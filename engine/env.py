@@ -684,21 +684,27 @@ class Environment(EnvironmentBase):
             raise translate_error(exc, f"file descriptor {fd}") from exc
 
     def stats(self) -> dict[str, Any]:
-        """Entry and page counts per named database plus map figures."""
+        """Entry and page counts per named database, map figures, and ``free_bytes``:
+        the file's used pages no database holds, LMDB's free list (pages earlier
+        transactions freed, with the list's own; later writes reuse them, ``deltalog
+        compact`` gives them back). Read while another process writes, the free
+        figure may be off by that process's last commit."""
         self._check_pid()
-        out: dict[str, Any] = {
-            "map_size": self.env.info()["map_size"],
-            "used_bytes": self.used_bytes(),
-        }
+        info = self.env.info()
+        out: dict[str, Any] = {"map_size": info["map_size"], "used_bytes": self.used_bytes()}
+        held = 2  # the two meta pages
         with self.read() as r:
-            for name in DB_NAMES + PACK_DB_NAMES:
-                if getattr(self._dbs, name) is None:  # packs of a read-only older store
+            main = r.txn.stat(self.env.open_db(None, txn=r.txn))
+            held += main["branch_pages"] + main["leaf_pages"] + main["overflow_pages"]
+            for name in DB_NAMES + PACK_DB_NAMES + MEMORY_DB_NAMES:
+                if getattr(self._dbs, name) is None:  # not created in this store
                     continue
                 st = r.txn.stat(getattr(self._dbs, name))
-                out[name] = {
-                    "entries": st["entries"],
-                    "pages": st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"],
-                }
+                pages = st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+                out[name] = {"entries": st["entries"], "pages": pages}
+                held += pages
+            psize = main["psize"]
+        out["free_bytes"] = max(0, out["used_bytes"] // psize - held) * psize
         return out
 
     def iter_db(

@@ -584,9 +584,11 @@ def test_stats_by_thread_and_channel(store: Path) -> None:
     turns = channels["turns"]  # a small int: held in the checkpoint records, no blob
     assert turns["inline"] > 0 and turns["inline_bytes"] >= turns["inline"] and turns["values"] == 0
     assert data["store"]["map_size"] >= data["store"]["used_bytes"] > 0
+    assert 0 <= data["store"]["free_bytes"] < data["store"]["used_bytes"]
     assert data["store"]["file_bytes"] > 0
     text = run("stats", store, "--top", 2).stdout
     assert "█" in text and "by channel" in text and "top 2 threads" in text and "inline" in text
+    assert "free for reuse" in text
 
 
 # -- verify ---------------------------------------------------------------------------------------------

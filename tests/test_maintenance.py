@@ -10,7 +10,13 @@ from typing import Any, cast
 import lmdb
 import pytest
 from deltalog.channels.replay import Reducer
-from deltalog.engine import DeltaChainError, DeltaLogSaver, InvalidInputError, ThreadExistsError
+from deltalog.engine import (
+    DeltaChainError,
+    DeltaLogSaver,
+    DeltaLogStore,
+    InvalidInputError,
+    ThreadExistsError,
+)
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.message import _messages_delta_reducer
@@ -163,6 +169,40 @@ def test_prune_without_delta_channels_keeps_one(make_saver: Callable[..., DeltaL
     assert saver.env.stats()["checkpoints"]["entries"] == 1
     assert observe(graph.get_state(cfg("t")))["values"] == before["values"]
     assert saver.verify().ok
+
+
+def test_free_bytes_are_the_pages_lmdbs_compacting_copy_leaves_out(
+    make_saver: Callable[..., DeltaLogSaver], tmp_path: Path
+) -> None:
+    """``stats()["free_bytes"]`` is LMDB's free list: the used pages less those every
+    database holds (the memory store's too), so LMDB's own compacting copy, which
+    copies each tree page for page and drops the free list, is that much smaller.
+    Deleting a thread moves its pages from the trees to the free list."""
+    saver = make_saver()
+    run_chat(saver, "a", 30, 3)
+    run_chat(saver, "b", 30, 3)
+    with DeltaLogStore(saver.env) as store:
+        for i in range(50):
+            store.put(("users", str(i % 5)), f"k{i}", {"text": "memory " * 40 + str(i)})
+
+    def lmdb_compact_bytes(name: str) -> int:
+        dest = tmp_path / name
+        dest.mkdir()
+        saver.env.env.copy(str(dest), compact=True)
+        copy = lmdb.open(str(dest), readonly=True, lock=False, max_dbs=20)
+        try:
+            return int((copy.info()["last_pgno"] + 1) * copy.stat()["psize"])
+        finally:
+            copy.close()
+
+    before = saver.env.stats()
+    assert before["items"]["entries"] > 0
+    assert before["used_bytes"] - before["free_bytes"] == lmdb_compact_bytes("c1")
+    saver.delete_thread("a")
+    after = saver.env.stats()
+    held = after["used_bytes"] - after["free_bytes"]
+    assert held == lmdb_compact_bytes("c2")
+    assert held < before["used_bytes"] - before["free_bytes"]
 
 
 def test_prune_dry_run_writes_nothing(make_saver: Callable[..., DeltaLogSaver]) -> None:
