@@ -508,6 +508,7 @@ def evaluate_targets(result: BenchResult, subject: str = "deltalog") -> list[Tar
             )
 
         turns: int | None = None
+        held: float | None = None  # the subject's held_scale_ratio, for the scale target
         values: dict[str, float | None]
         if target.metric == "multiprocess":
             if result.multiprocess is None:
@@ -536,6 +537,8 @@ def evaluate_targets(result: BenchResult, subject: str = "deltalog") -> list[Tar
                 continue
             metric = _METRICS_BY_KEY[target.metric]
             values = {n: metric.get(r) for n, r in chat.savers.items() if _usable(r)}
+            if subject in chat.savers:
+                held = chat.savers[subject].held_scale_ratio
         subject_value = values.get(subject)
         if subject_value is None:
             verdicts.append(na(f"{subject} not measured"))
@@ -550,6 +553,8 @@ def evaluate_targets(result: BenchResult, subject: str = "deltalog") -> list[Tar
             note = (
                 "" if turns == target.turns else f"run at {turns} turns, target at {target.turns}"
             )
+            if target.key == "scale_bytes_per_turn" and held is not None:
+                note = f"pages the databases hold (used less LMDB's free list): {held:.2f}×"
             verdicts.append(
                 TargetVerdict(
                     target.key,

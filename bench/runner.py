@@ -175,6 +175,11 @@ class SaverChatResult:
         bytes_per_turn_late: The same over the late window (turns 9,000–10,000).
         scale_ratio: ``bytes_per_turn_late / bytes_per_turn_early`` (issue
             18.5: flat storage per turn means about 1).
+        free_series: ``[turn, bytes]`` of the stored bytes free for reuse
+            (LMDB's free list) at the sampled turns, for stores that report
+            them (:class:`~deltalog.bench.peers.OpenPeer` ``free_fn``).
+        held_scale_ratio: :attr:`scale_ratio` over the bytes the databases hold
+            (stored less free): the same windows without the free list's share.
     """
 
     saver: str
@@ -198,6 +203,8 @@ class SaverChatResult:
     bytes_per_turn_early: float | None = None
     bytes_per_turn_late: float | None = None
     scale_ratio: float | None = None
+    free_series: list[tuple[int, int]] = field(default_factory=list)
+    held_scale_ratio: float | None = None
 
 
 @dataclass
@@ -415,7 +422,8 @@ class BenchResult:
             fields = dict(value)
             for key in ("invoke_early", "invoke_late", "get_state", "history", "delta_history"):
                 fields[key] = stats(fields.get(key))
-            fields["bytes_series"] = [(int(t), int(b)) for t, b in fields["bytes_series"]]
+            for key in ("bytes_series", "free_series"):
+                fields[key] = [(int(t), int(b)) for t, b in fields.get(key, [])]
             return SaverChatResult(**fields)
 
         chat = [
@@ -554,6 +562,11 @@ class SaverWorker:
     def stored_bytes(self) -> int:
         """Bytes the store occupies now (see :mod:`deltalog.bench.peers`)."""
         return self._require_peer().bytes_fn()
+
+    def free_bytes(self) -> int | None:
+        """Of :meth:`stored_bytes`, those free for reuse, when the store reports them."""
+        free_fn = self._require_peer().free_fn
+        return None if free_fn is None else free_fn()
 
     def time_get_state(self) -> float:
         """Seconds for one ``get_state`` of the thread's latest checkpoint."""
@@ -1065,6 +1078,11 @@ class WorkerHandle:
         """See :meth:`SaverWorker.stored_bytes`."""
         return int(self._call("stored_bytes"))
 
+    def free_bytes(self) -> int | None:
+        """See :meth:`SaverWorker.free_bytes`."""
+        free = self._call("free_bytes")
+        return None if free is None else int(free)
+
     def time_get_state(self) -> float:
         """See :meth:`SaverWorker.time_get_state`."""
         return float(self._call("time_get_state"))
@@ -1344,6 +1362,9 @@ def run_chat_scenario(
                     results[n].invoke_ms.append(h.turn(t) * 1000.0)
                     if t + 1 in samples:
                         results[n].bytes_series.append((t + 1, h.stored_bytes()))
+                        free = h.free_bytes()
+                        if free is not None:
+                            results[n].free_series.append((t + 1, free))
 
                 guarded(name, one_turn)
             progress.advance()
@@ -1433,6 +1454,12 @@ def _summarise(
             res.bytes_per_turn_early, res.bytes_per_turn_late = early, late
             if early and late is not None:
                 res.scale_ratio = late / early
+            if res.free_series:
+                free = dict(res.free_series)
+                held = [(t, b - free[t]) for t, b in res.bytes_series if t in free]
+                early, late = (_bytes_per_turn(held, *w) for w in windows)
+                if early and late is not None:
+                    res.held_scale_ratio = late / early
     if res.invoke_ms:
         window = min(LATENCY_WINDOW, max(1, len(res.invoke_ms) // 2))
         res.invoke_early = LatencyStats.of_seconds([x / 1000 for x in res.invoke_ms[:window]])

@@ -7,7 +7,15 @@ import json
 from pathlib import Path
 
 from deltalog.bench import cli
-from deltalog.bench.runner import RunOptions, SaverChatResult, _summarise, run_bench
+from deltalog.bench.report import evaluate_targets
+from deltalog.bench.runner import (
+    BenchResult,
+    ChatResult,
+    RunOptions,
+    SaverChatResult,
+    _summarise,
+    run_bench,
+)
 from deltalog.bench.scenarios import (
     QUICK_REDUNDANT,
     BenchPlan,
@@ -75,6 +83,36 @@ def test_scale_windows_compare_turns_9000_10000_with_900_1000() -> None:
     _summarise(res, scenario, {"get_state": [], "history": [], "delta": []})
     assert res.bytes_per_turn_early == 1000 and res.bytes_per_turn_late == 1200
     assert res.scale_ratio is not None and abs(res.scale_ratio - 1.2) < 1e-9
+    assert res.held_scale_ratio is None  # no free list reported
+
+
+def test_the_scale_target_notes_the_ratio_without_the_free_list() -> None:
+    """The databases hold 1,000 B a turn throughout; LMDB's free list shrinks by
+    20,000 B over turns 900-1,000 (the file grew less there): the file's ratio is
+    1.25, the held bytes' 1.0, and the scale target's verdict says so."""
+    scenario = ChatScenario(name="chat-delta-sf100", field=delta(100), turns=10_000)
+    turns = sorted(scenario.sample_turns())
+    free = [(t, 30_000 if t < 1000 else 10_000) for t in turns]
+    series = [(t, 1000 * t + f) for t, f in free]
+    res = SaverChatResult(saver="deltalog", label="d", bytes_series=series, free_series=free)
+    _summarise(res, scenario, {"get_state": [], "history": [], "delta": []})
+    assert res.scale_ratio is not None and abs(res.scale_ratio - 1.25) < 1e-9
+    assert res.held_scale_ratio == 1.0
+    chat = ChatResult(
+        scenario="chat-delta-sf100",
+        description="",
+        field="DeltaChannel sf=100",
+        turns=10_000,
+        history_limit=20,
+        expected_messages=20_000,
+        savers={"deltalog": res},
+    )
+    result = BenchResult(meta={}, peers={}, chat=[chat], throughput=None, failures=[])
+    verdict = next(v for v in evaluate_targets(result) if v.key == "scale_bytes_per_turn")
+    assert verdict.status == "FAIL" and verdict.subject_value == res.scale_ratio
+    assert verdict.note == "pages the databases hold (used less LMDB's free list): 1.00×"
+    again = BenchResult.from_json(json.loads(json.dumps(result.to_json())))
+    assert again.chat[0].savers["deltalog"].free_series == free
 
 
 def test_quick_runs_a_peer_named_with_savers(tmp_path: Path) -> None:

@@ -118,6 +118,10 @@ def test_cli_inprocess_writes_json_markdown_and_plots(tmp_path: Path) -> None:
         assert res["error"] is None
         assert len(res["invoke_ms"]) == 5
         assert res["bytes_series"][-1][0] == 5
+        # LMDB's free list, reported by deltalog's store alone, within its bytes.
+        free = dict(res["free_series"])
+        assert (name == "deltalog") == bool(free)
+        assert all(0 <= free[t] < b for t, b in res["bytes_series"] if t in free)
         assert res["total_bytes"] > 0
         for key in ("invoke_early", "invoke_late", "get_state", "history", "delta_history"):
             assert set(res[key]) == {"p50_ms", "p95_ms", "n"}
