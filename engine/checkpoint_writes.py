@@ -163,7 +163,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         if run_id is not None:
             self.txn.put(keys.run_key(keys.encode_run(run_id), t, n, cid), b"", db=self.dbs.runs)
         if self.env.pack_turns:
-            self.pack_behind(t, n)
+            self.pack_behind(t, n, key, raw)
 
     def _materialize_refs(self, ckey: bytes) -> int:
         """Rewrite the writes under checkpoint ``ckey`` that refer to its input as

@@ -212,6 +212,12 @@ class EnvironmentBase:
         # The last pack's size at the dense level over its size at level 3.
         self.pack_dense_ratio = PACK_DENSE_RATIO
         self.pack_tail_free = 0
+        # Per namespace prefix: the newest plain checkpoint key this process saw
+        # behind the namespace's last pack, and the packable stored sizes of the
+        # plain checkpoints up to it (WriteBase.pack_behind; a guess, checked).
+        self.pack_tails: dict[bytes, tuple[bytes, list[int]]] = {}
+        # Whether a snapshot this process read held a pack (TxnBase.packs_on).
+        self.packs_seen = False
         self.memo = HistoryMemo(caches.memo_entries, caches.memo_bytes)
         self._name_ids: NameCache[tuple[bytes, str], int] = NameCache(caches.name_entries)
         self._names: NameCache[tuple[bytes, int], str] = NameCache(caches.name_entries)

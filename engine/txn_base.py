@@ -54,6 +54,7 @@ from deltalog.engine.packs import (
     pack_due,
     pack_room,
     packable,
+    prefix_of,
     tail_after,
 )
 from deltalog.engine.store_rows import (
@@ -65,6 +66,10 @@ from deltalog.engine.store_rows import (
 if TYPE_CHECKING:
     from deltalog.engine.codec import Ahead
     from deltalog.engine.env_open import EnvironmentBase
+
+#: Namespaces whose plain tail a process remembers for the pack check
+#: (:meth:`WriteBase.pack_behind`); one more clears them all.
+PACK_TAILS: Final = 4096
 
 DB_NAMES: Final = ("meta", "names", "names_rev", "checkpoints", "writes", "blobs", "runs")
 # The turn packs (format 14, docs/design.md "Turn packs"): the log of packs by
@@ -267,12 +272,20 @@ class TxnBase:
     _packs_on: bool | None = None
 
     def packs_on(self) -> bool:
-        """Whether the store holds any turn pack in this snapshot (one seek, once
-        a transaction; a store without packs reads its plain records alone)."""
+        """Whether the store may hold a turn pack in this snapshot: one seek, once a
+        transaction, until this process has seen one (a store without packs reads
+        its plain records alone)."""
         on = self._packs_on
         if on is None:
             db = self.dbs.pack_index
-            on = self._packs_on = db is not None and bool(self.txn.cursor(db=db).first())
+            if db is None:
+                on = False
+            else:
+                # Once any snapshot held a pack, every later one is read through
+                # the packs (an empty index merges nothing: only slower).
+                on = self.env.packs_seen or bool(self.txn.cursor(db=db).first())
+                self.env.packs_seen = on
+            self._packs_on = on
         return on
 
     def pack(self, index_key: bytes, seq: bytes) -> Pack:
@@ -309,7 +322,12 @@ class TxnBase:
         cur = self.txn.cursor(db=self.dbs.pack_index)
         if not cur.set_range(key):
             return None
-        index_key, seq = bytes(cur.key()), bytes(cur.value())
+        index_key = bytes(cur.key())
+        if below is None and not index_key.startswith(prefix_of(key)):
+            # A later namespace's pack: its keys are all above ``key`` (the
+            # common case of a put at a namespace's head; no pack read).
+            return None
+        seq = bytes(cur.value())
         found = self.pack(index_key, seq)
         held = found.least <= key if below is None else found.least < below
         return (index_key, seq, found) if held else None
@@ -593,6 +611,7 @@ class WriteBase(TxnBase):
         if at is None:
             return 0
         index_key, seq, found = at
+        self.env.pack_tails.pop(prefix_of(index_key), None)
         checkpoint_bodies, write_bodies = found.checkpoint_bodies(), found.write_bodies()
         for ckey, body, compact in checkpoint_bodies:
             raw = self.codec.encode_body(body, key=ckey, compact=compact)
@@ -604,7 +623,7 @@ class WriteBase(TxnBase):
         self.txn.delete(seq, db=self.dbs.packs)
         return len(checkpoint_bodies) + len(write_bodies)
 
-    def pack_behind(self, t: int, n: int) -> bool:
+    def pack_behind(self, t: int, n: int, key: bytes | None = None, raw: bytes = b"") -> bool:
         """Pack the oldest plain checkpoints of (thread, ns) after its last pack, and
         their writes, leaving the newest :data:`~deltalog.engine.packs.PACK_KEEP`
         plain, once :func:`~deltalog.engine.packs.pack_due` finds enough of them
@@ -612,10 +631,31 @@ class WriteBase(TxnBase):
         many as :func:`~deltalog.engine.packs.pack_cut` fits there (one fewer at
         a time while the pack comes out larger). Records
         :func:`~deltalog.engine.packs.packable` refuses stay plain. Returns
-        whether it wrote a pack."""
+        whether it wrote a pack.
+
+        ``key`` and ``raw``: the checkpoint record the caller just stored. When
+        this process's tail of the namespace (``pack_tails``, what its last look
+        found) ends at the plain record just below ``key``, the record is added
+        to it and the tail decides whether a pack is due, without reading the
+        plain records again (two cursor moves instead of ~40 GIL-releasing LMDB
+        calls; docs/benchmarks.md, stop 46). A tail that another process or an
+        aborted write made stale fails that check, or counts records that are
+        gone (a look sooner) or misses some (a pack later): never data."""
         if self.dbs.packs is None:
             return False
         prefix = keys.ns_prefix(t, n)
+        page_size, tail = self.codec.page_size, self.env.pack_tail_free
+        room = pack_room(tail, page_size)
+        known = self.env.pack_tails.pop(prefix, None)
+        if known is not None and key is not None:
+            cur = self.txn.cursor(db=self.dbs.checkpoints)
+            if cur.set_range(key) and cur.prev() and cur.key() == known[0]:
+                sizes = known[1]
+                sizes.append(len(raw) if packable(raw) else 0)
+                waiting = sizes[: max(0, len(sizes) - PACK_KEEP)]
+                if not pack_due(waiting, self.env.pack_checkpoint_ratio, room):
+                    self._keep_tail(prefix, key, sizes)
+                    return False
         start = prefix
         if self.packs_on():
             icur = self.txn.cursor(db=self.dbs.pack_index)
@@ -631,12 +671,15 @@ class WriteBase(TxnBase):
                 break
             plain.append((ckey, bytes(cur.value())))
             ok = cur.next()
+        # The look saw the whole tail when it stopped before its limit.
+        whole = len(plain) < PACK_KEEP + PACK_MAX
+        # Stored bytes of each, 0 for one a pack leaves plain.
+        plain_sizes = [len(raw) if packable(raw) else 0 for _, raw in plain]
         candidates = plain[: max(0, len(plain) - PACK_KEEP)]
-        # Stored bytes of each candidate, 0 for one a pack leaves plain.
-        checkpoint_sizes = [len(raw) if packable(raw) else 0 for _, raw in candidates]
-        page_size, tail = self.codec.page_size, self.env.pack_tail_free
-        room = pack_room(tail, page_size)
+        checkpoint_sizes = plain_sizes[: len(candidates)]
         if not pack_due(checkpoint_sizes, self.env.pack_checkpoint_ratio, room):
+            if whole and plain:
+                self._keep_tail(prefix, plain[-1][0], plain_sizes)
             return False
         # Each candidate's writes (keyed after it, before the next checkpoint),
         # and its stored bytes with theirs.
@@ -704,7 +747,19 @@ class WriteBase(TxnBase):
         for wkey, _, _ in writes:
             self.txn.delete(wkey, db=self.dbs.writes)
         self._packs_on = True
+        rest = [i for i, (k, _) in enumerate(plain) if k > index_key]
+        if whole and rest:
+            self._keep_tail(prefix, plain[-1][0], plain_sizes[rest[0] :])
         return True
+
+    def _keep_tail(self, prefix: bytes, last: bytes, sizes: list[int]) -> None:
+        """Remember a namespace's plain tail for :meth:`pack_behind`: ``last``, its
+        newest key, and the :func:`~deltalog.engine.packs.packable` stored sizes
+        of its checkpoints, oldest first (of at most :data:`PACK_TAILS` namespaces)."""
+        tails = self.env.pack_tails
+        if len(tails) >= PACK_TAILS:
+            tails.clear()
+        tails[prefix] = (last, sizes)
 
     def delete_packs_under(self, prefix: bytes) -> int:
         """Delete every pack whose index key starts with ``prefix`` (a thread's)."""

@@ -13,7 +13,7 @@ import lmdb
 import pytest
 from deltalog.bench.graphs import MESSAGES, build_graph, human_message, thread_config
 from deltalog.bench.scenarios import CHAT_SCENARIOS
-from deltalog.engine import DeltaLogSaver, Environment, txn_base
+from deltalog.engine import DeltaLogSaver, Environment, keys, txn_base
 from deltalog.engine.codec import RecordCodec, ZstdCompressor, leaf_max
 from deltalog.engine.packs import (
     PACK_KEEP,
@@ -25,6 +25,7 @@ from deltalog.engine.packs import (
     pack_cut,
     pack_due,
     pack_room,
+    packable,
     tail_after,
 )
 from langgraph.graph import END, START, StateGraph
@@ -276,3 +277,79 @@ def test_the_cut_counts_the_records_a_pack_takes(
             on_edge += event[3] and event[2] > PACK_RECORD_MAX
     assert len(estimated) > 5 and on_edge > 0
     assert taken == estimated
+
+
+def _waiting_sizes(w: Any, t: int, n: int) -> list[int]:
+    """What a full look finds waiting in (thread, ns) inside write transaction ``w``:
+    the packable stored sizes of the plain checkpoints after the namespace's last
+    pack, less the newest PACK_KEEP."""
+    prefix = keys.ns_prefix(t, n)
+    start = prefix
+    icur = w.txn.cursor(db=w.dbs.pack_index)
+    ok = icur.prev() if icur.set_range(txn_base.prefix_end(prefix)) else icur.last()
+    if ok and bytes(icur.key()).startswith(prefix):
+        start = bytes(icur.key()) + b"\x00"
+    cur = w.txn.cursor(db=w.dbs.checkpoints)
+    sizes = []
+    ok = cur.set_range(start)
+    while ok and bytes(cur.key()).startswith(prefix):
+        raw = bytes(cur.value())
+        sizes.append(len(raw) if packable(raw) else 0)
+        ok = cur.next()
+    return sizes[: max(0, len(sizes) - PACK_KEEP)]
+
+
+@pytest.mark.parametrize("stale", [False, True])
+def test_a_put_that_does_not_pack_is_one_a_full_look_would_not_pack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stale: bool
+) -> None:
+    """The pack check decides from this process's remembered tail of the namespace
+    (when it ends just below the new record) instead of reading the plain records
+    again; whenever a put does not pack, a full look at the store agrees that
+    nothing is due. With ``stale``, every remembered tail is made to end at an
+    older key before each turn (as when another process wrote): the check falls
+    back to the full look."""
+    decided_by_tail = stale_checks = 0
+    fakes: set[bytes] = set()
+    behind, sized = txn_base.WriteBase.pack_behind, txn_base.packable  # type: ignore[attr-defined]
+    looked = [0]
+
+    def counting(raw: bytes) -> bool:
+        looked[0] += 1
+        return bool(sized(raw))
+
+    def checked(w: Any, t: int, n: int, key: bytes | None = None, raw: bytes = b"") -> bool:
+        nonlocal decided_by_tail, stale_checks
+        before = w.env.pack_tails.get(keys.ns_prefix(t, n))
+        looked[0] = 0
+        packed = behind(w, t, n, key, raw)
+        # The tail decided when only the new record was sized.
+        if looked[0] == 1 and not packed:
+            decided_by_tail += 1
+        if before is not None and before[0] in fakes:
+            stale_checks += 1
+            assert looked[0] > 1  # a stale tail is dropped: the put looked
+        if not packed:
+            waiting = _waiting_sizes(w, t, n)
+            room = pack_room(w.env.pack_tail_free, w.codec.page_size)
+            assert not pack_due(waiting, w.env.pack_checkpoint_ratio, room)
+        return packed
+
+    monkeypatch.setattr(txn_base, "packable", counting)
+    monkeypatch.setattr(txn_base.WriteBase, "pack_behind", checked)
+    scenario = {s.name: s for s in CHAT_SCENARIOS}["chat-delta-sf100"].with_turns(40)
+    with DeltaLogSaver(Environment(tmp_path / "s")) as saver:
+        graph = build_graph(scenario, saver)
+        for turn in range(40):
+            for thread in ("a", "b", "c"):
+                if stale:
+                    tails = saver.env.pack_tails
+                    for prefix, (last, sizes) in list(tails.items()):
+                        fake = last[:-1] + bytes([last[-1] ^ 1])
+                        fakes.add(fake)
+                        tails[prefix] = (fake, list(sizes))
+                graph.invoke({MESSAGES: [human_message(scenario, turn)]}, thread_config(thread))
+        assert saver.env.stats()["packs"]["entries"] > 10
+        assert saver.verify(deep=True).ok
+    assert decided_by_tail > (150 if stale else 250)  # of 360 puts
+    assert stale_checks >= (100 if stale else 0)

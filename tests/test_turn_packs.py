@@ -100,6 +100,25 @@ def test_a_packed_chat_reads_as_a_plain_one(
     assert packed.verify(deep=True).ok
 
 
+def test_a_store_whose_packs_are_all_deleted_reads_as_a_plain_one(
+    twins: tuple[DeltaLogSaver, DeltaLogSaver],
+) -> None:
+    """Once a process has seen a pack it reads every later snapshot through the
+    pack index (TxnBase.packs_on); with every pack deleted, that index is empty
+    and the store still reads and forks as one that never packed."""
+    packed, plain = twins
+    for saver in twins:
+        _chat(saver, "chat-delta-sf100", "old", 25)
+    assert _packs(packed) > 0 and packed.env.packs_seen
+    packed.delete_thread("old")
+    plain.delete_thread("old")
+    assert _packs(packed) == 0
+    graphs = [_chat(s, "chat-delta-sf100", "t", 3) for s in twins]
+    assert _packs(packed) == 0
+    assert _view(packed, graphs[0], "t") == _view(plain, graphs[1], "t")
+    assert packed.verify(deep=True).ok
+
+
 def test_packs_shrink_what_a_turn_adds(twins: tuple[DeltaLogSaver, DeltaLogSaver]) -> None:
     """Turns 150-250 of the sf=100 chat (the store's dictionary trained): the packed
     store grows by ~0.65x what the plain one does (docs/benchmarks.md, stop 43)."""
