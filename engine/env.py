@@ -691,7 +691,7 @@ class Environment(EnvironmentBase):
         figure may be off by that process's last commit."""
         self._check_pid()
         info = self.env.info()
-        out: dict[str, Any] = {"map_size": info["map_size"], "used_bytes": self.used_bytes()}
+        out: dict[str, Any] = {"map_size": info["map_size"]}
         held = 2  # the two meta pages
         with self.read() as r:
             main = r.txn.stat(self.env.open_db(None, txn=r.txn))
@@ -704,7 +704,9 @@ class Environment(EnvironmentBase):
                 out[name] = {"entries": st["entries"], "pages": pages}
                 held += pages
             psize = main["psize"]
-        out["free_bytes"] = max(0, out["used_bytes"] // psize - held) * psize
+        used = info["last_pgno"] + 1
+        out["used_bytes"] = used * psize
+        out["free_bytes"] = max(0, used - held) * psize
         return out
 
     def iter_db(
