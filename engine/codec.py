@@ -1121,12 +1121,20 @@ class RecordCodec:
         return self.encode_body(small, key=key, compact=True), body
 
     def compress_ahead(
-        self, body: bytes, key_size: int, prefix_size: int, *, dense: bool = True
+        self,
+        body: bytes,
+        key_size: int,
+        prefix_size: int,
+        *,
+        dense: bool = True,
+        sample: bool = False,
     ) -> Ahead:
         """Compress ``body`` as :meth:`encode_body` would under a key of ``key_size``
         bytes behind a ``prefix_size``-byte prefix, outside the write transaction
         (with ``dense`` False, at the codec's level only: :meth:`encode_body` makes
-        the :data:`DENSE_LEVEL` frame when it is handed this).
+        the :data:`DENSE_LEVEL` frame when it is handed this; with ``sample``, the
+        body is also offered to the dictionary's samples, as :meth:`encode_body`
+        offers it again).
 
         A writer compresses a large record (a long message) before it queues for
         the store's single writer, so the other writers of a group commit (the
@@ -1134,11 +1142,11 @@ class RecordCodec:
         large-message chat, the level-15 frames of :data:`DENSE_LEVEL` made
         inside the transaction raised invoke p50 to 1.12-1.17x InMemorySaver's
         (two runs), made ahead to 1.01-1.07x (three runs; 0.93-1.07x with
-        level 3 alone, docs/benchmarks.md). Nothing is sampled for the dictionary here:
-        :meth:`encode_body` samples the body when it is written.
+        level 3 alone, docs/benchmarks.md). Nothing is sampled for the dictionary here
+        by default: :meth:`encode_body` samples the body when it is written.
         """
         dictionary = self.active_dictionary
-        tag, payload = self._compress(body, None, False, sample=False)
+        tag, payload = self._compress(body, None, False, sample=sample)
         tighter = None
         if (
             dense

@@ -714,7 +714,11 @@ class WriteBase(TxnBase):
         # Cut at level 3 first (a pack at the dense level costs ~30 times as much),
         # its size scaled by the last dense pack's over its level-3 one; then one
         # checkpoint fewer at a time while the dense pack still does not fit. The
-        # trial that holds is the level-3 frame the dense pack starts from.
+        # trial that holds is the level-3 frame the dense pack starts from. Each
+        # trial is offered to the dictionary's samples, and the pack's body once
+        # more when it is written: with each pack body sampled once, the final
+        # dictionary came ~30 turns later and packs filled their pages less well
+        # up to turn ~200 (docs/benchmarks.md, stop 46).
         trial: Ahead | None = None
         guessed = True
         while True:
@@ -724,7 +728,7 @@ class WriteBase(TxnBase):
                 return False
             index_key, body = pack_body(checkpoints, writes)
             if guessed:
-                trial = self.codec.compress_ahead(body, len(index_key), 0, dense=False)
+                trial = self.codec.compress_ahead(body, len(index_key), 0, dense=False, sample=True)
                 if m > 1 and leaf_slot(round(trial.size * self.env.pack_dense_ratio)) > room:
                     m -= 1
                     continue

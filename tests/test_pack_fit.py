@@ -209,10 +209,12 @@ def _pack_bodies(saver: DeltaLogSaver) -> list[bytes]:
     return [body for body in found if body is not None]
 
 
-def test_a_pack_is_compressed_at_level_3_once_and_sampled_once(tmp_path: Path) -> None:
+def test_a_pack_is_compressed_at_level_3_once(tmp_path: Path) -> None:
     """The level-3 trial that decides the cut is the frame the dense pack starts
-    from: each pack body is compressed at level 3 once and densely at most once,
-    and offered to the dictionary's samples once (not again when it is written)."""
+    from: each pack body is compressed at level 3 once and densely at most once.
+    While the final dictionary is not trained, a pack body is offered to its
+    samples twice (the trial, then the pack as written), as before stop 46: once
+    made the final dictionary come ~30 turns later (docs/benchmarks.md)."""
     scenario = {s.name: s for s in CHAT_SCENARIOS}["chat-delta-sf100"].with_turns(60)
     with DeltaLogSaver(Environment(tmp_path / "s")) as saver:
         codec = saver.env.codec
@@ -232,7 +234,7 @@ def test_a_pack_is_compressed_at_level_3_once_and_sampled_once(tmp_path: Path) -
     assert len(bodies) > 5
     assert [counting.level3[b] for b in bodies] == [1] * len(bodies)
     assert max(counting.dense[b] for b in bodies) == 1
-    assert max(sampled[b] for b in bodies) == 1  # some packs came before the dictionary
+    assert {sampled[b] for b in bodies} == {0, 2}  # some packs came before the dictionary
 
 
 def test_the_cut_counts_the_records_a_pack_takes(
