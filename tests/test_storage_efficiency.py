@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalog.bench.graphs import MESSAGES, build_graph, human_message, thread_config
+from deltalog.bench.scenarios import CHAT_SCENARIOS
 from deltalog.engine import DeltaLogSaver, core
 from deltalog.engine.blobs import DELTA_MIN
 from deltalog.engine.cache import DecodedCache
@@ -526,3 +528,19 @@ def test_no_dictionary_without_compression(make_saver: Callable[..., DeltaLogSav
     run(saver, 120, 100)
     assert saver.env.codec.active_dictionary is None
     assert {raw[0] for _, raw in saver.env.iter_db("checkpoints")} == {KEYED | COMPACT}
+
+
+def test_no_dictionary_without_compression_for_large_values(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """Large writes are compressed before their transaction (codec.compress_ahead);
+    with compress_threshold=None they are stored plain and, as every other
+    record, never sampled: no dictionary is trained or stored (one was, from
+    the large-message chat's messages, before stop 46)."""
+    scenario = {s.name: s for s in CHAT_SCENARIOS}["chat-large-sf10"].with_turns(40)
+    saver = make_saver(compress_threshold=None)
+    graph = build_graph(scenario, saver)
+    for turn in range(40):
+        graph.invoke({MESSAGES: [human_message(scenario, turn)]}, thread_config("t"))
+    assert saver.env.codec.dictionaries == {}
+    assert [key for key, _ in saver.env.iter_db("meta") if key.startswith(b"dict:")] == []
