@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import random
-import string
 from collections import Counter
 from pathlib import Path
 from typing import Any, TypedDict
@@ -234,7 +233,10 @@ def test_a_pack_is_compressed_at_level_3_once(tmp_path: Path) -> None:
     assert len(bodies) > 5
     assert [counting.level3[b] for b in bodies] == [1] * len(bodies)
     assert max(counting.dense[b] for b in bodies) == 1
-    assert {sampled[b] for b in bodies} == {0, 2}  # some packs came before the dictionary
+    # Packs before the final dictionary: 2 (a pack cut again after its dense
+    # frame did not fit is made without a trial: 1); after it, 0.
+    times = {sampled[b] for b in bodies}
+    assert 2 in times and 0 in times and times <= {0, 1, 2}
 
 
 def test_the_cut_counts_the_records_a_pack_takes(
@@ -258,11 +260,12 @@ def test_the_cut_counts_the_records_a_pack_takes(
 
     monkeypatch.setattr(txn_base, "pack_cut", recording_cut)
     monkeypatch.setattr(txn_base, "body_of", recording_body)
-    rng = random.Random(3)
-    with DeltaLogSaver(Environment(tmp_path / "s")) as saver:
+    # Records stored uncompressed, so a character more is a byte more: the texts'
+    # lengths step across PACK_RECORD_MAX, each record size a few times.
+    with DeltaLogSaver.from_path(tmp_path / "s", compress_threshold=None) as saver:
         graph = _echo_graph(saver)
         for turn in range(120):
-            text = "".join(rng.choices(string.ascii_letters, k=1250 + 2 * turn))
+            text = "x" * (960 + turn)
             graph.invoke({"text": text}, thread_config("t"))
         assert saver.verify(deep=True).ok
     estimated: list[list[int]] = []
@@ -308,9 +311,9 @@ def test_a_put_that_does_not_pack_is_one_a_full_look_would_not_pack(
     """The pack check decides from this process's remembered tail of the namespace
     (when it ends just below the new record) instead of reading the plain records
     again; whenever a put does not pack, a full look at the store agrees that
-    nothing is due. With ``stale``, every remembered tail is made to end at an
-    older key before each turn (as when another process wrote): the check falls
-    back to the full look."""
+    nothing is due. With ``stale``, every remembered tail is made to end at a key
+    no record has before each turn (as when another process wrote): the check
+    falls back to the full look."""
     decided_by_tail = stale_checks = 0
     fakes: set[bytes] = set()
     behind, sized = txn_base.WriteBase.pack_behind, txn_base.packable  # type: ignore[attr-defined]
