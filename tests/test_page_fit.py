@@ -278,9 +278,11 @@ def test_aput_writes_compresses_a_large_value_off_the_event_loop(tmp_path: Path)
     threads: list[threading.Thread] = []
     compress_ahead = codec.compress_ahead
 
-    def recording(body: bytes, key_size: int, prefix_size: int, *, dense: bool = True) -> Any:
+    def recording(
+        body: bytes, key_size: int, prefix_size: int, *, dense: bool = True, sample: bool = False
+    ) -> Any:
         threads.append(threading.current_thread())
-        return compress_ahead(body, key_size, prefix_size, dense=dense)
+        return compress_ahead(body, key_size, prefix_size, dense=dense, sample=sample)
 
     codec.compress_ahead = recording  # type: ignore[method-assign]
     config: RunnableConfig = {
