@@ -695,12 +695,12 @@ class Environment(EnvironmentBase):
         held = 2  # the two meta pages
         with self.read() as r:
             main = r.txn.stat(self.env.open_db(None, txn=r.txn))
-            held += main["branch_pages"] + main["leaf_pages"] + main["overflow_pages"]
+            held += _tree_pages(main)
             for name in DB_NAMES + PACK_DB_NAMES + MEMORY_DB_NAMES:
                 if getattr(self._dbs, name) is None:  # not created in this store
                     continue
                 st = r.txn.stat(getattr(self._dbs, name))
-                pages = st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+                pages = _tree_pages(st)
                 out[name] = {"entries": st["entries"], "pages": pages}
                 held += pages
             psize = main["psize"]
@@ -738,6 +738,11 @@ class Environment(EnvironmentBase):
         """Every key of every database checked as reads use it (see
         :func:`deltalog.engine.table_check.verify_tables`); never raises for damage."""
         return verify_tables(self)
+
+
+def _tree_pages(stat: dict[str, int]) -> int:
+    """Pages of one B-tree, from ``mdb_stat``: branch, leaf and overflow."""
+    return stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"]
 
 
 class _Read:

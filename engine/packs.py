@@ -150,6 +150,12 @@ def packable(raw: bytes) -> bool:
     return len(raw) <= PACK_RECORD_MAX
 
 
+def cut_size(raw: bytes) -> int:
+    """A plain checkpoint record's stored bytes as the cut counts them
+    (:func:`pack_due`, :func:`pack_cut`): 0 for one that is not :func:`packable`."""
+    return len(raw) if packable(raw) else 0
+
+
 def body_of(codec: RecordCodec, key: bytes, raw: bytes, channel: bytes = b"") -> Any:
     """``(body, compact)`` of a plain record to pack (a write's ``raw`` without its
     ``channel`` uid), or None when it stays plain (a delta, or not

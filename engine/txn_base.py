@@ -47,6 +47,7 @@ from deltalog.engine.packs import (
     SEQ_SIZE,
     Pack,
     body_of,
+    cut_size,
     decode_pack,
     leaf_slot,
     pack_body,
@@ -651,7 +652,7 @@ class WriteBase(TxnBase):
             cur = self.txn.cursor(db=self.dbs.checkpoints)
             if cur.set_range(key) and cur.prev() and cur.key() == known[0]:
                 sizes = known[1]
-                sizes.append(len(raw) if packable(raw) else 0)
+                sizes.append(cut_size(raw))
                 waiting = sizes[: max(0, len(sizes) - PACK_KEEP)]
                 if not pack_due(waiting, self.env.pack_checkpoint_ratio, room):
                     self._keep_tail(prefix, key, sizes)
@@ -673,8 +674,7 @@ class WriteBase(TxnBase):
             ok = cur.next()
         # The look saw the whole tail when it stopped before its limit.
         whole = len(plain) < PACK_KEEP + PACK_MAX
-        # Stored bytes of each, 0 for one a pack leaves plain.
-        plain_sizes = [len(raw) if packable(raw) else 0 for _, raw in plain]
+        plain_sizes = [cut_size(raw) for _, raw in plain]
         candidates = plain[: max(0, len(plain) - PACK_KEEP)]
         checkpoint_sizes = plain_sizes[: len(candidates)]
         if not pack_due(checkpoint_sizes, self.env.pack_checkpoint_ratio, room):
@@ -751,15 +751,16 @@ class WriteBase(TxnBase):
         for wkey, _, _ in writes:
             self.txn.delete(wkey, db=self.dbs.writes)
         self._packs_on = True
-        rest = [i for i, (k, _) in enumerate(plain) if k > index_key]
-        if whole and rest:
-            self._keep_tail(prefix, plain[-1][0], plain_sizes[rest[0] :])
+        # What stays plain behind the pack (keys sorted: the first above its index key on).
+        rest = next((i for i, (k, _) in enumerate(plain) if k > index_key), None)
+        if whole and rest is not None:
+            self._keep_tail(prefix, plain[-1][0], plain_sizes[rest:])
         return True
 
     def _keep_tail(self, prefix: bytes, last: bytes, sizes: list[int]) -> None:
         """Remember a namespace's plain tail for :meth:`pack_behind`: ``last``, its
-        newest key, and the :func:`~deltalog.engine.packs.packable` stored sizes
-        of its checkpoints, oldest first (of at most :data:`PACK_TAILS` namespaces)."""
+        newest key, and the :func:`~deltalog.engine.packs.cut_size` of each of
+        its checkpoints, oldest first (of at most :data:`PACK_TAILS` namespaces)."""
         tails = self.env.pack_tails
         if len(tails) >= PACK_TAILS:
             tails.clear()

@@ -316,12 +316,12 @@ def test_a_put_that_does_not_pack_is_one_a_full_look_would_not_pack(
     falls back to the full look."""
     decided_by_tail = stale_checks = 0
     fakes: set[bytes] = set()
-    behind, sized = txn_base.WriteBase.pack_behind, txn_base.packable  # type: ignore[attr-defined]
+    behind, sized = txn_base.WriteBase.pack_behind, txn_base.cut_size  # type: ignore[attr-defined]
     looked = [0]
 
-    def counting(raw: bytes) -> bool:
+    def counting(raw: bytes) -> int:
         looked[0] += 1
-        return bool(sized(raw))
+        return int(sized(raw))
 
     def checked(w: Any, t: int, n: int, key: bytes | None = None, raw: bytes = b"") -> bool:
         nonlocal decided_by_tail, stale_checks
@@ -340,7 +340,7 @@ def test_a_put_that_does_not_pack_is_one_a_full_look_would_not_pack(
             assert not pack_due(waiting, w.env.pack_checkpoint_ratio, room)
         return packed
 
-    monkeypatch.setattr(txn_base, "packable", counting)
+    monkeypatch.setattr(txn_base, "cut_size", counting)
     monkeypatch.setattr(txn_base.WriteBase, "pack_behind", checked)
     scenario = {s.name: s for s in CHAT_SCENARIOS}["chat-delta-sf100"].with_turns(40)
     with DeltaLogSaver(Environment(tmp_path / "s")) as saver:
