@@ -48,6 +48,14 @@ turn of each: with interleaved threads the first fills its pages as today's
 databases do. Nothing is stored that way in the store: it is the estimate a
 pack layout is measured against.
 
+``--links`` also lists the store's delta blobs by how far back their base is
+(the version's index since its channel's last full record less its base's:
+1 for a delta of the version before, 4, 16 … for the skip-delta lattice's
+longer links, ``core.skip_base``), each span's count and mean stored bytes,
+over the whole store at the end. A ``DeltaChannel`` seed is stored that way,
+and a plain ``add_messages`` list at every step; a link costs more the farther
+back its base is (docs/benchmarks.md, "Stop 47").
+
 ``--no-pack-turns`` opens the store with ``pack_turns=False``: records stored
 one by one, as before format 14's turn packs (with packs, a turn's records
 are the ``packs`` and ``pack_index`` rows).
@@ -61,6 +69,7 @@ Example::
     python -m deltalog.bench.breakdown --scenario chat-delta-sf100 --turns 1000 --window 500
     python -m deltalog.bench.breakdown --turns 300 --window 200 --threads 8
     python -m deltalog.bench.breakdown --turns 600 --window 300 --pack
+    python -m deltalog.bench.breakdown --turns 3000 --window 1000 --links
 """
 
 from __future__ import annotations
@@ -86,7 +95,7 @@ from deltalog.bench.graphs import (
     thread_config,
 )
 from deltalog.bench.scenarios import CHAT_SCENARIOS
-from deltalog.engine import DeltaLogSaver, codec
+from deltalog.engine import DeltaLogSaver, codec, keys
 from deltalog.engine.packs import prefix_of
 
 # LMDB's cost of one leaf entry beyond its key and value: the node header (8 bytes)
@@ -132,6 +141,9 @@ class Breakdown:
     #: ("level 3", "level 19") over the window's second half, and "entry", the
     #: bytes of one LMDB entry around it; None without ``--pack``.
     pack: dict[str, float] | None = None
+    #: ``--links``: per link span (versions back, as a string for JSON), the count
+    #: of delta blobs and their mean stored bytes; None without ``--links``.
+    links: dict[str, dict[str, float]] | None = None
 
     def table(self) -> str:
         """The figures as text."""
@@ -167,6 +179,12 @@ class Breakdown:
                 f"({self.pack['pages keyed'] / self.floor:.2f}x), in a log with an index "
                 f"{self.pack['pages logged']:.0f} B ({self.pack['pages logged'] / self.floor:.2f}x)"
             )
+        if self.links is not None:
+            spans = ", ".join(
+                f"{span} back: {row['count']:.0f} x {row['mean_bytes']:,.0f} B"
+                for span, row in self.links.items()
+            )
+            lines.append(f"  delta blobs by link (whole store): {spans or 'none'}")
         return "\n".join(lines)
 
 
@@ -223,6 +241,29 @@ def _new_records(
                     (number, key[len(prefix) :], channel + (record[:-4] if body is None else body))
                 )
     return out
+
+
+def link_sizes(saver: DeltaLogSaver) -> dict[str, dict[str, float]]:
+    """The store's delta blobs that have a base, by how many versions back it is
+    (their index less the base's): ``{span: {"count", "mean_bytes"}}``, spans
+    ascending, stored bytes with the CRC."""
+    env = saver.env
+    found: dict[bytes, tuple[codec.DeltaHeader, int]] = {}
+    with env.read() as r:
+        for raw_key, raw in r.txn.cursor(db=env.db("blobs")):
+            key, value = bytes(raw_key), bytes(raw)
+            head = env.codec.delta_header(value, f"blobs/{key.hex()}", key=key)
+            if head is not None:
+                found[key] = (head, len(value))
+    sizes: dict[int, list[int]] = {}
+    for key, (head, size) in found.items():
+        base = found.get(keys.blob_base_key(key, head.ref)) if head.ref else None
+        if base is not None:
+            sizes.setdefault(head.seq - base[0].seq, []).append(size)
+    return {
+        str(span): {"count": float(len(got)), "mean_bytes": sum(got) / len(got)}
+        for span, got in sorted(sizes.items())
+    }
 
 
 def pack_sizes(frames: Sequence[tuple[bytes, bytes]], workdir: Path) -> dict[str, float]:
@@ -285,10 +326,12 @@ def measure(
     *,
     pack: bool = False,
     pack_turns: bool = True,
+    links: bool = False,
 ) -> Breakdown:
     """Run ``turns`` turns of the scenario (on each of ``threads`` interleaved threads)
     and break down the last ``window``; ``pack``: also estimate a packed turn;
-    ``pack_turns``: the store's own option (False: no turn packs, as before format 14)."""
+    ``pack_turns``: the store's own option (False: no turn packs, as before format 14);
+    ``links``: also list the delta blobs by link span (:func:`link_sizes`)."""
     scenarios = {s.name: s for s in CHAT_SCENARIOS}
     if scenario_name not in scenarios:
         raise SystemExit(f"unknown scenario {scenario_name!r}; one of {sorted(scenarios)}")
@@ -325,6 +368,7 @@ def measure(
                     newest = max((key for number, key, _ in records if number == 0), default=b"")
                     frames.append((prefix + newest, ormsgpack.packb(records)))
         after = _snapshot(saver)
+        by_link = link_sizes(saver) if links else None
     first, used0, psize = before if before is not None else ({}, 0, after[2])
     last, used1, _ = after
     empty = DbFigures(0, 0, 0, 0)
@@ -359,6 +403,7 @@ def measure(
         used=(used1 - used0) * psize / count,
         databases=rows,
         pack=pack_sizes(frames, workdir) if pack else None,
+        links=by_link,
     )
 
 
@@ -379,6 +424,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="store_true",
         help="open the store with pack_turns=False (no turn packs, as before format 14)",
     )
+    parser.add_argument(
+        "--links",
+        action="store_true",
+        help="also list the delta blobs by how far back their base is, with their mean bytes",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -390,6 +440,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             args.threads,
             pack=args.pack,
             pack_turns=not args.no_pack_turns,
+            links=args.links,
         )
     print(result.table())
     if args.json is not None:
