@@ -248,18 +248,18 @@ def link_sizes(saver: DeltaLogSaver) -> dict[str, dict[str, float]]:
     (their index less the base's): ``{span: {"count", "mean_bytes"}}``, spans
     ascending, stored bytes with the CRC."""
     env = saver.env
-    found: dict[bytes, tuple[codec.DeltaHeader, int]] = {}
+    found: dict[bytes, tuple[bytes, int, int]] = {}  # key: base ref, index, stored bytes
     with env.read() as r:
         for raw_key, raw in r.txn.cursor(db=env.db("blobs")):
             key, value = bytes(raw_key), bytes(raw)
-            head = env.codec.delta_header(value, f"blobs/{key.hex()}", key=key)
-            if head is not None:
-                found[key] = (head, len(value))
+            info = env.codec.delta_info(value, f"blobs/{key.hex()}", key=key)
+            if info is not None:
+                found[key] = (*info, len(value))
     sizes: dict[int, list[int]] = {}
-    for key, (head, size) in found.items():
-        base = found.get(keys.blob_base_key(key, head.ref)) if head.ref else None
+    for key, (ref, seq, size) in found.items():
+        base = found.get(keys.blob_base_key(key, ref)) if ref else None
         if base is not None:
-            sizes.setdefault(head.seq - base[0].seq, []).append(size)
+            sizes.setdefault(seq - base[1], []).append(size)
     return {
         str(span): {"count": float(len(got)), "mean_bytes": sum(got) / len(got)}
         for span, got in sorted(sizes.items())
