@@ -14,7 +14,9 @@ the shorter frame of dictionary-compressed records, format 9), format 9 by
 by 5a6ec19 (the last commit before compact delta headers, format 11), format 11
 by 2c940e4 (the last commit before compact checkpoint records, format 12), format 12
 by 73a716b (the last commit before the compact step past the clock sequence, format
-13), format 13 by d9bbf0a (the last code before the turn packs, format 14). To write
+13), format 13 by d9bbf0a (the last code before the turn packs, format 14), format 14
+by 6b7a262 (the last commit before write dictionaries without array headers, format
+15). To write
 one again (N=1 shown), from the repository root:
 
     git worktree add --detach /tmp/gold-1 eaa3909^
