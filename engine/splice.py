@@ -30,6 +30,7 @@ from deltalog.engine.errors import CorruptRecordError
 
 __all__ = [
     "SPLICE_ANCHOR",
+    "SPLICE_KEEP",
     "SPLICE_RUNS",
     "splice_apply",
     "splice_literal",
@@ -44,8 +45,15 @@ SPLICE_TRIES: Final = (0, 8, 16, 32, 64)
 #: How far around the base position a new anchor is looked for (the base bytes
 #: a removed or replaced message took).
 SPLICE_REACH: Final = 64 * 1024
-#: At most this many runs; the rest of the value is literal.
+#: At most this many common stretches are looked at; the rest of the value is literal.
 SPLICE_RUNS: Final = 64
+#: The shortest common stretch kept as a run. A shorter one is mostly a new
+#: message's boilerplate (field names, a type) that also occurs in the base:
+#: as a run it costs ~6 header bytes and cuts the literal's new messages in
+#: two, which the literal's dictionary (the base's end and the writes) would
+#: otherwise give as one match. On 100 turns of an ``add_messages`` chat its
+#: 56-328 byte runs took 15-25 bytes of each ~95-byte delta record.
+SPLICE_KEEP: Final = 1024
 
 
 def _common(new: bytes, i: int, base: memoryview, j: int) -> int:
@@ -98,20 +106,23 @@ def _resync(new: bytes, i: int, base: bytes, j: int) -> tuple[int, int] | None:
 def splice_runs(new: bytes, base: bytes) -> tuple[list[int], int]:
     """The runs of ``new`` copied from ``base``, and how many bytes they copy.
 
-    The runs are ``[lit, src, n, …, lit]`` (see the module docstring); with no
-    common stretch of :data:`SPLICE_ANCHOR` bytes they are ``[len(new)]``.
+    The runs are ``[lit, src, n, …, lit]`` (see the module docstring), each at
+    least :data:`SPLICE_KEEP` bytes; with no such common stretch they are
+    ``[len(new)]``.
     """
     view = memoryview(base)
     runs: list[int] = []
-    i = j = start = copied = 0
-    while i < len(new) and len(runs) < 3 * SPLICE_RUNS:
+    i = j = start = copied = stretches = 0
+    while i < len(new) and stretches < SPLICE_RUNS:
         m = _common(new, i, view, j)
         if m >= SPLICE_ANCHOR:
-            runs += [i - start, j, m]
+            stretches += 1
+            if m >= SPLICE_KEEP:
+                runs += [i - start, j, m]
+                start = i + m
+                copied += m
             i += m
             j += m
-            start = i
-            copied += m
             continue
         found = _resync(new, i, base, j)
         if found is None:

@@ -21,6 +21,7 @@ from deltalog.engine import codec as codec_mod
 from deltalog.engine.codec import CRC_SIZE, TAG_DELTA, RecordCodec, WriteDict, _seal
 from deltalog.engine.splice import (
     SPLICE_ANCHOR,
+    SPLICE_KEEP,
     splice_apply,
     splice_literal,
     splice_runs,
@@ -80,6 +81,20 @@ def test_a_changed_field_costs_exactly_its_bytes(width: int) -> None:
     assert splice_apply(runs, base, splice_literal(new, runs), "t") == new
 
 
+def test_a_short_stretch_the_base_also_holds_stays_literal() -> None:
+    """A new message whose boilerplate (a few hundred bytes) also occurs in the base
+    is literal, in one piece with the rest of the new bytes: not a run of its own."""
+    rng = random.Random(3)
+    boiler = rng.randbytes(300)
+    base = rng.randbytes(50_000) + boiler + rng.randbytes(2_000)
+    added = rng.randbytes(700) + boiler + rng.randbytes(700)
+    new = base + added
+    runs, copied = splice_runs(new, base)
+    assert runs == [0, 0, len(base), len(added)] and copied == len(base)
+    assert 32 <= SPLICE_ANCHOR <= len(boiler) < SPLICE_KEEP
+    assert splice_apply(runs, base, splice_literal(new, runs), "t") == new
+
+
 def test_unrelated_bytes_copy_nothing() -> None:
     base, new = os.urandom(50_000), os.urandom(50_000)
     runs, copied = splice_runs(new, base)
@@ -108,7 +123,7 @@ def test_any_value_rebuilds_from_its_runs_and_literal(
         new[at : at + cut] = rnd.randbytes(insert)
     value = bytes(new)
     runs, copied = splice_runs(value, base)
-    assert copied == _copied(runs) and all(n >= SPLICE_ANCHOR for n in runs[2:-1:3])
+    assert copied == _copied(runs) and all(n >= SPLICE_KEEP for n in runs[2:-1:3])
     for k in range(0, len(runs) - 1, 3):
         src, n = runs[k + 1], runs[k + 2]
         assert src + n <= len(base)
