@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Iterator
 from typing import Any, Final
 
 from deltalog.engine import keys
-from deltalog.engine.codec import DeltaHeader, WriteDict
+from deltalog.engine.codec import DeltaHeader, WriteDict, array_items
 from deltalog.engine.core import skip_base
 from deltalog.engine.envelope import (
     INPUT_CHANNEL,
@@ -108,17 +108,18 @@ _Part = tuple[bytes, tuple[str, str, int], bytes]
 """(checkpoint key, ``writes_sort_key``, payload) of one write in a write dictionary."""
 
 
-def _in_sort_order(parts: list[_Part]) -> bytes:
+def _in_sort_order(parts: list[_Part], items: bool) -> bytes:
     """The payloads of ``parts`` (checkpoint keys in key order), each checkpoint's run of
-    parts sorted by ``writes_sort_key``."""
-    out: list[bytes] = []
+    parts sorted by ``writes_sort_key``; with ``items``, each payload's
+    :func:`~deltalog.engine.codec.array_items` (format 15)."""
+    out: list[bytes | memoryview] = []
     i = 0
     while i < len(parts):
         j = i + 1
         while j < len(parts) and parts[j][0] == parts[i][0]:
             j += 1
         run = parts[i:j] if j - i == 1 else sorted(parts[i:j], key=lambda p: p[1])
-        out.extend(p[2] for p in run)
+        out.extend(array_items(p[2]) if items else p[2] for p in run)
         i = j
     return b"".join(out)
 
@@ -225,7 +226,7 @@ class BlobReads(TxnBase):
                         "`deltalog verify` and restore from a backup"
                     )
                 base_payload = self.blob_typed(base_key, base_raw, links + 1)[1]
-            content = b"" if head.span is None else self._range_content(key, head.span)
+            content = self._range_content(key, head)
             rec = self.codec.decode_delta(head, base_payload, where, content)
             typed = (rec[0], rec[1])
         if len(typed[1]) >= DELTA_MIN:
@@ -362,13 +363,19 @@ class BlobReads(TxnBase):
             self.env.payloads.put(braw, typed)
         return typed
 
-    def _range_content(self, blob_key: bytes, span: tuple[bytes, bytes]) -> bytes:
-        """:meth:`write_content` of a blob's write range (its thread, ns and channel)."""
+    def _range_content(self, blob_key: bytes, head: DeltaHeader) -> bytes:
+        """:meth:`write_content` of a delta blob's write range (its thread, ns and
+        channel) in the form its header names; empty when it has none."""
+        span = head.span
+        if span is None:
+            return b""
         (t, n), _ = keys.split_ids(blob_key, 2)
         cbytes = keys.blob_channel(blob_key, legacy=self.legacy_blobs)
-        return self.write_content(keys.ns_prefix(t, n), cbytes, *span)
+        return self.write_content(keys.ns_prefix(t, n), cbytes, *span, items=head.items)
 
-    def write_content(self, prefix: bytes, cbytes: bytes, lo: bytes, hi: bytes) -> bytes:
+    def write_content(
+        self, prefix: bytes, cbytes: bytes, lo: bytes, hi: bytes, *, items: bool
+    ) -> bytes:
         """Payloads of the writes (idx ≥ 0) to one channel under checkpoints ``lo`` … ``hi``.
 
         Args:
@@ -376,6 +383,9 @@ class BlobReads(TxnBase):
             cbytes: The channel's uid bytes.
             lo: Encoded id of the first checkpoint (inclusive).
             hi: Encoded id of the last checkpoint (inclusive).
+            items: Each payload without its top-level msgpack array header
+                (:func:`~deltalog.engine.codec.array_items`), as a dictionary of
+                format 15 on holds them.
 
         Returns:
             The payloads concatenated checkpoint by checkpoint in key order, each
@@ -406,7 +416,7 @@ class BlobReads(TxnBase):
             if part is not None:
                 parts.append(part)
             ok = cur.next()
-        return _in_sort_order(parts)
+        return _in_sort_order(parts, items)
 
     def _writes_memo(self) -> _WriteMemo | None:
         """This read transaction's :class:`_WriteMemo` (None in a write transaction,
@@ -586,7 +596,7 @@ class BlobWrites(WriteBase, BlobReads):
         if lo is None or hi is None:
             return None
         parts.reverse()
-        return WriteDict(lo, hi, _in_sort_order(parts))
+        return WriteDict(lo, hi, _in_sort_order(parts, True), items=True)
 
     def rebase_blobs(
         self,

@@ -1,6 +1,6 @@
 """The on-disk key layout of a deltalog store. No other module builds key bytes.
 
-One LMDB environment holds these named databases (``FORMAT_VERSION`` = 14):
+One LMDB environment holds these named databases (``FORMAT_VERSION`` = 15):
 
 ============  ==========================================================  ==========================
 database      key (byte encoding, in order)                               value
@@ -189,7 +189,7 @@ __all__ = [
     "write_suffix",
 ]
 
-FORMAT_VERSION: Final = 14
+FORMAT_VERSION: Final = 15
 #: Formats this version reads. Formats 2 and 3 only added record shapes (delta
 #: blobs over writes, small values inside checkpoint records); format 4 put a
 #: CRC on the name records, format 5 a CRC over each record's key (checkpoints,
@@ -203,9 +203,11 @@ FORMAT_VERSION: Final = 14
 #: the channel (:data:`BLOB_KEYS_FORMAT`), format 11 delta records with a compact header
 #: (:data:`deltalog.engine.codec.TAG_DELTA_COMPACT`), format 12 checkpoint records in a compact
 #: form (:mod:`deltalog.engine.checkpoint_form`), format 13 that form's step past the 14 bits of the
-#: id's clock sequence. A writable open upgrades an older store through
+#: id's clock sequence, format 14 turn packs (:data:`PACKS_FORMAT`), format 15 delta
+#: records over write payloads without their array headers
+#: (:func:`deltalog.engine.codec.array_items`). A writable open upgrades an older store through
 #: :data:`deltalog.engine.migrations.MIGRATIONS`; a read-only open reads it as it is.
-READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14})
+READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
 #: The first format with turn packs (the ``packs`` and ``pack_index`` databases).
 PACKS_FORMAT: Final = 14
 #: The first format whose records (and trained dictionaries) carry a CRC over their key.

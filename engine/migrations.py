@@ -71,6 +71,11 @@ step        what changes on disk
 13 → 14     nothing is rewritten: format 14 adds the turn packs'
             databases (``packs``, ``pack_index``, created by the writable
             open), which older code would not read; plain records still read
+14 → 15     nothing is rewritten: format 15 only adds delta records whose
+            write dictionary holds each payload without its top-level msgpack
+            array header (flag ``0x40`` of the compact header,
+            :func:`~deltalog.engine.codec.array_items`); the deltas of format
+            14 and before still read over the payloads as stored
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only
@@ -404,6 +409,7 @@ MIGRATIONS: Final[tuple[tuple[int, int, Migration], ...]] = (
     (11, 12, _records_only_added),
     (12, 13, _records_only_added),
     (13, 14, _records_only_added),
+    (14, 15, _records_only_added),
 )
 
 

@@ -147,7 +147,7 @@ class VerifyReads(QueryReads):
                 head = self.codec.delta_header(raw, f"blobs/{key.hex()}", key=key)
                 span = None if head is None else head.span
                 if head is not None and span is not None:
-                    content = self._range_content(key, span)
+                    content = self._range_content(key, head)
                     self.codec.check_writes(head, content, f"blobs/{key.hex()}")
                     bt, bn, bc, _ = keys.decode_blob_key(key, legacy=self.legacy_blobs)
                     mark = self.txn.get(keys.wdep_key(bt, bn, bc), db=self.dbs.meta)

@@ -47,7 +47,13 @@ refs = st.one_of(
 )
 write_dicts = st.one_of(
     st.none(),
-    st.builds(WriteDict, st.binary(max_size=40), st.binary(max_size=40), st.binary(max_size=64)),
+    st.builds(
+        WriteDict,
+        st.binary(max_size=40),
+        st.binary(max_size=40),
+        st.binary(max_size=64),
+        items=st.booleans(),
+    ),
 )
 splices = st.one_of(st.none(), st.lists(st.integers(0, 2**40), min_size=2, max_size=12))
 
@@ -98,6 +104,7 @@ def test_the_compact_header_gives_back_every_field(
         None if writes is None else writes.hi,
         None if writes is None else crc,
         None if splice is None else tuple(splice),
+        writes is not None and writes.items,
     )
 
 
@@ -162,7 +169,8 @@ def _uuid(n: int) -> str:
 @pytest.mark.parametrize(
     "header",
     [
-        bytes((0x40, 1)),  # an unknown flag
+        bytes((0x80, 1)),  # an unknown flag
+        bytes((0x40, 1)),  # payloads without their array headers, but no write range
         bytes((0x03, 1, 5)),  # a base both raw and in counter form
         bytes((0x02, 1, 5, 1, 2)),  # a counter-form base cut short
         bytes((0x01, 1, 50, 1)),  # a raw base longer than the header
