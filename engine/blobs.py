@@ -515,7 +515,7 @@ class BlobWrites(WriteBase, BlobReads):
         if not (self.env.delta_blobs and len(typed[1]) >= DELTA_MIN):
             # No base to look for: a put that may not overwrite checks for the key.
             record = self.codec.encode(list(typed), key=key)
-            if not self.txn.put(key, record, overwrite=False, db=self.dbs.blobs):
+            if not self.put_at_end(self.dbs.blobs, key, record, overwrite=False):
                 return
         else:
             cur = self.txn.cursor(db=self.dbs.blobs)
@@ -554,7 +554,7 @@ class BlobWrites(WriteBase, BlobReads):
                     self.txn.put(mark, writes.hi, db=self.dbs.meta)
             if record is None:
                 record = self.codec.encode(list(typed), key=key)
-            self.txn.put(key, record, db=self.dbs.blobs)
+            self.put_at_end(self.dbs.blobs, key, record)
         self.memo_blobs.append((t, n, key))
         if len(typed[1]) >= DELTA_MIN:
             self.env.payloads.put(record, typed)

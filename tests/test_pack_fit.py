@@ -30,6 +30,8 @@ from deltalog.engine.packs import (
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from .checkpoints import put_values
+
 PAGE = 4096
 LEAF = leaf_max(SEQ_SIZE, PAGE)
 
@@ -358,3 +360,26 @@ def test_a_put_that_does_not_pack_is_one_a_full_look_would_not_pack(
         assert saver.verify(deep=True).ok
     assert decided_by_tail > (150 if stale else 250)  # of 360 puts
     assert stale_checks >= (100 if stale else 0)
+
+
+def test_records_too_large_for_a_pack_are_appended_two_to_a_page(tmp_path: Path) -> None:
+    """A write of 1-2 KiB (a tool's result, a long answer) stays out of the packs. Put in
+    key order at the end of ``writes`` without ``MDB_APPEND``, LMDB split the last
+    page in the middle and each such record kept a page of its own (1.01 pages a
+    write here); appended, two share a page. Blobs go the same way, and a key that
+    is not the greatest (an older thread's) is put as before."""
+    with DeltaLogSaver.from_path(tmp_path / "s") as saver:
+        rng = random.Random(5)
+        older = put_values(saver, "older", {"turn": 0})  # interned first: its keys sort first
+        config = None
+        for i in range(80):
+            config = put_values(saver, "t", {"turn": i}, parent=config)
+            saver.put_writes(config, [("tool", rng.randbytes(1_600))], task_id=f"task-{i}")
+        writes = saver.env.stats()["writes"]
+        assert writes["entries"] >= 80
+        assert writes["pages"] <= 0.6 * writes["entries"], writes
+        late = rng.randbytes(1_600)
+        saver.put_writes(older, [("tool", late)], task_id="task-older")
+        got = saver.get_tuple(older)
+        assert got is not None and got.pending_writes == [("task-older", "tool", late)]
+        assert saver.verify(deep=True).ok
