@@ -594,11 +594,10 @@ class WriteBase(TxnBase):
         newest thread's records go there). Returns whether it was stored.
 
         A put at the end of a B-tree without the flag splits the last page and
-        leaves room in its left part that no later key uses: records of 250-700
-        bytes filled their pages 0.68-0.78, and those of 1-2 KiB (a tool's
-        result, a long answer: too large for a turn pack) took a page each
-        (:data:`APPEND_MIN`). LMDB refuses an append of a key that is not the greatest (py-lmdb returns
-        False), and then the put is made the ordinary way.
+        leaves room in its left part that no later key uses (measured at
+        :data:`APPEND_MIN`). LMDB refuses an append of a key that is not the
+        greatest (py-lmdb returns False), and then the put is made the ordinary
+        way, with the same ``overwrite``.
         """
         if len(value) >= APPEND_MIN and self.txn.put(
             key, value, append=True, overwrite=overwrite, db=db
