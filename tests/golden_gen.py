@@ -16,7 +16,8 @@ by 2c940e4 (the last commit before compact checkpoint records, format 12), forma
 by 73a716b (the last commit before the compact step past the clock sequence, format
 13), format 13 by d9bbf0a (the last code before the turn packs, format 14), format 14
 by 6b7a262 (the last commit before write dictionaries without array headers, format
-15). To write
+15), format 15 by 8e09ee9 (the last commit before large records moved into the packs
+log, format 16). To write
 one again (N=1 shown), from the repository root:
 
     git worktree add --detach /tmp/gold-1 eaa3909^

@@ -18,7 +18,7 @@ from deltalog.engine.errors import StoreFullError
 from tests.golden_gen import delta_blobs, raw_summary, read_back
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "golden"
-FORMATS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+FORMATS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
 """Every earlier on-disk format, each written by its own last commit (tests/golden_gen.py)."""
 
 
