@@ -189,7 +189,7 @@ __all__ = [
     "write_suffix",
 ]
 
-FORMAT_VERSION: Final = 15
+FORMAT_VERSION: Final = 16
 #: Formats this version reads. Formats 2 and 3 only added record shapes (delta
 #: blobs over writes, small values inside checkpoint records); format 4 put a
 #: CRC on the name records, format 5 a CRC over each record's key (checkpoints,
@@ -205,9 +205,10 @@ FORMAT_VERSION: Final = 15
 #: form (:mod:`deltalog.engine.checkpoint_form`), format 13 that form's step past the 14 bits of the
 #: id's clock sequence, format 14 turn packs (:data:`PACKS_FORMAT`), format 15 delta
 #: records over write payloads without their array headers
-#: (:func:`deltalog.engine.codec.array_items`). A writable open upgrades an older store through
+#: (:func:`deltalog.engine.codec.array_items`), format 16 packs that carry large records in
+#: chunks (:data:`deltalog.engine.packs.OUTSIDE_MAX`). A writable open upgrades an older store through
 #: :data:`deltalog.engine.migrations.MIGRATIONS`; a read-only open reads it as it is.
-READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+READABLE_FORMATS: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16})
 #: The first format with turn packs (the ``packs`` and ``pack_index`` databases).
 PACKS_FORMAT: Final = 14
 #: The first format whose records (and trained dictionaries) carry a CRC over their key.

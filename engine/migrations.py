@@ -76,6 +76,10 @@ step        what changes on disk
             array header (flag ``0x40`` of the compact header,
             :func:`~deltalog.engine.codec.array_items`); the deltas of format
             14 and before still read over the payloads as stored
+15 → 16     nothing is rewritten: format 16 only adds packs that carry a
+            large record in chunks after them in the ``packs`` log
+            (:data:`~deltalog.engine.packs.OUTSIDE_MAX`), which older code
+            would read as damaged; the packs of format 15 still read
 ==========  =================================================================
 
 Steps are fed the raw transaction and database handles: only
@@ -410,6 +414,7 @@ MIGRATIONS: Final[tuple[tuple[int, int, Migration], ...]] = (
     (12, 13, _records_only_added),
     (13, 14, _records_only_added),
     (14, 15, _records_only_added),
+    (15, 16, _records_only_added),
 )
 
 

@@ -46,10 +46,14 @@ from deltalog.engine.packs import (
     RATIO_MIN_BYTES,
     SEQ_SIZE,
     Pack,
+    Stored,
     body_of,
+    chunk_key,
+    chunk_sizes,
     cut_size,
     decode_pack,
     leaf_slot,
+    outside,
     pack_body,
     pack_cut,
     pack_due,
@@ -313,11 +317,23 @@ class TxnBase:
         cache = self.env.pack_cache
         hit = cache.get((index_key, raw))
         if hit is None:
-            hit = decode_pack(self.codec, bytes(index_key), bytes(raw), where)
+            hit = decode_pack(
+                self.codec, bytes(index_key), bytes(raw), where, lambda: self.pack_chunks(seq)
+            )
             if len(cache) >= PACK_CACHE_ENTRIES:
                 cache.clear()
             cache[(bytes(index_key), bytes(raw))] = hit
         return hit
+
+    def pack_chunks(self, seq: bytes) -> bytes:
+        """The chunks of the pack numbered ``seq``, concatenated (format 16)."""
+        cur = self.txn.cursor(db=self.dbs.packs)
+        parts: list[bytes] = []
+        ok = cur.set_range(chunk_key(seq, 1))
+        while ok and cur.key()[:SEQ_SIZE] == seq:
+            parts.append(bytes(cur.value()))
+            ok = cur.next()
+        return b"".join(parts)
 
     def pack_at(self, key: bytes, below: bytes | None = None) -> tuple[bytes, bytes, Pack] | None:
         """``(index key, number, pack)`` of the pack whose key range holds ``key``
@@ -387,7 +403,8 @@ class TxnBase:
         if self.packs_on():
             for index_key, seq in self.txn.cursor(db=self.dbs.pack_index):
                 raw = self.txn.get(seq, db=self.dbs.packs)
-                yield bytes(index_key), bytes(seq) + (bytes(raw) if raw is not None else b"")
+                stored = bytes(raw) if raw is not None else b""
+                yield bytes(index_key), bytes(seq) + stored + self.pack_chunks(bytes(seq))
 
     def has_packs_under(self, prefix: bytes) -> bool:
         """Whether a pack's index key starts with ``prefix`` (a thread's)."""
@@ -643,9 +660,27 @@ class WriteBase(TxnBase):
         for wkey, body, channel in write_bodies:
             raw = channel + self.codec.encode_body(body, prefix=channel, key=wkey)
             self.txn.put(wkey, raw, db=self.dbs.writes)
+        stored_checkpoints, stored_writes = found.stored_records()
+        for ckey, raw in stored_checkpoints:
+            self.txn.put(ckey, raw, db=self.dbs.checkpoints)
+        for wkey, raw in stored_writes:
+            self.txn.put(wkey, raw, db=self.dbs.writes)
         self.txn.delete(index_key, db=self.dbs.pack_index)
+        self._delete_pack(seq)
+        return (
+            len(checkpoint_bodies)
+            + len(write_bodies)
+            + len(stored_checkpoints)
+            + len(stored_writes)
+        )
+
+    def _delete_pack(self, seq: bytes) -> None:
+        """Delete the pack numbered ``seq`` from the log, and its chunks."""
         self.txn.delete(seq, db=self.dbs.packs)
-        return len(checkpoint_bodies) + len(write_bodies)
+        cur = self.txn.cursor(db=self.dbs.packs)
+        ok = cur.set_range(chunk_key(seq, 1))
+        while ok and cur.key()[:SEQ_SIZE] == seq:
+            ok = cur.delete()
 
     def pack_behind(self, t: int, n: int, key: bytes | None = None, raw: bytes = b"") -> bool:
         """Pack the oldest plain checkpoints of (thread, ns) after its last pack, and
@@ -723,16 +758,27 @@ class WriteBase(TxnBase):
             groups[i].append((wkey, channel, record))
             ok = wcur.next()
         m = pack_cut(sizes, self.env.pack_ratio, room)
-        # The bodies each checkpoint brings (its record's, its writes'), made once.
-        bring: list[tuple[list[tuple[bytes, bytes, bool]], list[tuple[bytes, bytes, bytes]]]] = []
+        # The bodies each checkpoint brings (its record's, its writes'), made once;
+        # a large record as it is stored, for the pack's chunks (format 16).
+        bring: list[
+            tuple[
+                list[tuple[bytes, bytes | Stored, bool]], list[tuple[bytes, bytes | Stored, bytes]]
+            ]
+        ] = []
         for (ckey, raw), group in zip(plain[:m], groups, strict=False):
+            mine: list[tuple[bytes, bytes | Stored, bool]] = []
             found = body_of(self.codec, ckey, raw)
-            mine = [] if found is None else [(ckey, found[0], found[1])]
-            theirs = []
+            if found is not None:
+                mine.append((ckey, found[0], found[1]))
+            elif outside(raw):
+                mine.append((ckey, Stored(raw), False))  # its own tag tells
+            theirs: list[tuple[bytes, bytes | Stored, bytes]] = []
             for wkey, channel, record in group:
                 found = body_of(self.codec, wkey, record, channel)
                 if found is not None:
                     theirs.append((wkey, found[0], channel))
+                elif outside(record):
+                    theirs.append((wkey, Stored(record), channel))
             bring.append((mine, theirs))
         # Cut at level 3 first (a pack at the dense level costs ~30 times as much),
         # its size scaled by the last dense pack's over its level-3 one; then one
@@ -749,7 +795,7 @@ class WriteBase(TxnBase):
             writes = [w for _, theirs in bring[:m] for w in theirs]
             if not checkpoints and not writes:
                 return False
-            index_key, body = pack_body(checkpoints, writes)
+            index_key, body, chunked = pack_body(checkpoints, writes)
             if guessed:
                 trial = self.codec.compress_ahead(body, len(index_key), 0, dense=False, sample=True)
                 if m > 1 and leaf_slot(round(trial.size * self.env.pack_dense_ratio)) > room:
@@ -764,10 +810,19 @@ class WriteBase(TxnBase):
         if sum(checkpoint_sizes[:m]) >= RATIO_MIN_BYTES:
             self.env.pack_ratio = len(record) / sum(sizes[:m])
             self.env.pack_checkpoint_ratio = len(record) / sum(checkpoint_sizes[:m])
-        self.env.pack_tail_free = tail_after(len(record), tail, page_size)
+        tail = tail_after(len(record), tail, page_size)
         log = self.txn.cursor(db=self.dbs.packs)
-        seq = (int.from_bytes(log.key(), "big") + 1 if log.last() else 1).to_bytes(SEQ_SIZE, "big")
+        last = int.from_bytes(log.key()[:SEQ_SIZE], "big") if log.last() else 0
+        seq = (last + 1).to_bytes(SEQ_SIZE, "big")
         self.txn.put(seq, record, db=self.dbs.packs, append=True)
+        if chunked:
+            cuts, tail = chunk_sizes(len(chunked), tail, page_size)
+            at = 0
+            for number, size in enumerate(cuts, 1):
+                chunk = chunked[at : at + size]
+                self.txn.put(chunk_key(seq, number), chunk, db=self.dbs.packs, append=True)
+                at += size
+        self.env.pack_tail_free = tail
         self.txn.put(index_key, seq, db=self.dbs.pack_index)
         for ckey, _, _ in checkpoints:
             self.txn.delete(ckey, db=self.dbs.checkpoints)
@@ -801,7 +856,7 @@ class WriteBase(TxnBase):
             ok = cur.next()
         for index_key, seq in doomed:
             self.txn.delete(index_key, db=self.dbs.pack_index)
-            self.txn.delete(seq, db=self.dbs.packs)
+            self._delete_pack(seq)
         return len(doomed)
 
     def delete_prefix(self, db: Any, prefix: bytes) -> int:

@@ -12,6 +12,7 @@ from deltalog.engine.envelope import (
     split_write_value,
 )
 from deltalog.engine.errors import CorruptRecordError
+from deltalog.engine.packs import SEQ_SIZE
 from deltalog.engine.queries import QueryReads
 
 if TYPE_CHECKING:
@@ -35,8 +36,9 @@ class VerifyReads(QueryReads):
 
     def verify_packs(self) -> list[tuple[str, str]]:
         """``(kind, detail)`` of each damaged turn pack (format 14): an index entry
-        whose pack is missing or does not decode (CRC, order, range), or a pack no
-        index entry names. Never raises for damaged data."""
+        whose pack is missing or does not decode (CRC, order, range, its chunks'
+        bytes), or a pack or chunk (format 16) no index entry names. Never raises
+        for damaged data."""
         problems: list[tuple[str, str]] = []
         if self.dbs.pack_index is None:
             return problems
@@ -47,10 +49,11 @@ class VerifyReads(QueryReads):
                 self.pack(bytes(index_key), bytes(seq))
             except CorruptRecordError as exc:
                 problems.append(("damaged_pack", f"pack_index/{bytes(index_key).hex()}: {exc}"))
-        for seq in self.txn.cursor(db=self.dbs.packs).iternext(keys=True, values=False):
-            if bytes(seq) not in named:
+        for key in self.txn.cursor(db=self.dbs.packs).iternext(keys=True, values=False):
+            if bytes(key[:SEQ_SIZE]) not in named:
+                what = "it" if len(key) == SEQ_SIZE else "its pack"
                 problems.append(
-                    ("orphan_pack", f"packs/{bytes(seq).hex()}: no index entry names it")
+                    ("orphan_pack", f"packs/{bytes(key).hex()}: no index entry names {what}")
                 )
         return problems
 

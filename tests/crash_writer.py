@@ -5,7 +5,7 @@ Usage::
     python tests/crash_writer.py PATH LOGFILE [--threads N] [--durable true|normal|false] [--sf K] [--wait] [--async]
 
 It opens the store at PATH, then runs ``tests.graphs.chat_graph`` (``messages``
-is a ``DeltaChannel``) turn after turn on N LangGraph threads at once (one
+is a ``DeltaChannel``; every ``LONG_EVERY``-th reply long) turn after turn on N LangGraph threads at once (one
 Python thread each, so group commit batches their puts). With ``--async`` the N
 writers are coroutines on one event loop (``ainvoke``, so the saver's ``aput``
 queues its writes for group commit). Every line of LOGFILE
@@ -48,6 +48,10 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 from langgraph.types import StateSnapshot
 
 from tests.graphs import cfg, chat_graph
+
+#: Every this many turns a reply is long enough (~2 KB stored) that the turn packs
+#: carry it in chunks (format 16), so a kill can land while chunks are written.
+LONG_EVERY = 4
 
 #: ``--durable`` words and the saver's settings they stand for.
 DURABLE: dict[str, Durable] = {"true": True, "normal": "normal", "false": False}
@@ -118,7 +122,7 @@ def run_thread(saver: DeltaLogSaver, log: Log, thread_id: str, sf: int) -> None:
     its own is reported as a failure rather than hidden.
     """
     try:
-        graph = chat_graph(sf).compile(checkpointer=saver)
+        graph = chat_graph(sf, long_every=LONG_EVERY).compile(checkpointer=saver)
         config = cfg(thread_id)
         for turn in itertools.count(1):
             graph.invoke({"messages": [_message(thread_id, turn)]}, config)
@@ -130,7 +134,7 @@ def run_thread(saver: DeltaLogSaver, log: Log, thread_id: str, sf: int) -> None:
 async def _achat_forever(saver: DeltaLogSaver, log: Log, thread_id: str, sf: int) -> None:
     """:func:`run_thread` with ``ainvoke`` and ``aget_state``; any error ends the process."""
     try:
-        graph = chat_graph(sf).compile(checkpointer=saver)
+        graph = chat_graph(sf, long_every=LONG_EVERY).compile(checkpointer=saver)
         config = cfg(thread_id)
         for turn in itertools.count(1):
             await graph.ainvoke({"messages": [_message(thread_id, turn)]}, config)

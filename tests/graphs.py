@@ -81,17 +81,20 @@ def human(turn: int, text: str = "") -> HumanMessage:
     )
 
 
-def reply_to(messages: list[BaseMessage]) -> AIMessage:
-    """A deterministic fake model (~600 characters): the reply depends only on the conversation."""
+def reply_to(messages: list[BaseMessage], words: int = 75) -> AIMessage:
+    """A deterministic fake model (~600 characters for 75 words): the reply depends only
+    on the conversation."""
     n = len(messages)
     last = messages[-1].content if messages else ""
     return AIMessage(
-        content=f"answer {n} to [{str(last)[:40]}] " + varied_text(-n, 75), id=f"a-{n}"
+        content=f"answer {n} to [{str(last)[:40]}] " + varied_text(-n, words), id=f"a-{n}"
     )
 
 
-def chat_graph(sf: int | None) -> StateGraph[Any]:
-    """messages as DeltaChannel(sf) (or add_messages when sf is None) plus a plain counter."""
+def chat_graph(sf: int | None, long_every: int = 0) -> StateGraph[Any]:
+    """messages as DeltaChannel(sf) (or add_messages when sf is None) plus a plain counter.
+    With ``long_every``, every such turn's reply is ~5,600 characters (~2 KB
+    compressed: a record a turn pack carries in chunks)."""
     if sf is None:
         from langgraph.graph.message import add_messages
 
@@ -111,7 +114,9 @@ def chat_graph(sf: int | None) -> StateGraph[Any]:
         builder = StateGraph(DeltaState)
 
     def model(state: dict[str, Any]) -> dict[str, Any]:
-        return {"messages": [reply_to(state["messages"])], "turns": state.get("turns", 0) + 1}
+        turns = state.get("turns", 0) + 1
+        long = long_every and turns % long_every == 0
+        return {"messages": [reply_to(state["messages"], 700 if long else 75)], "turns": turns}
 
     builder.add_node("model", model)  # type: ignore[type-var]  # state schema chosen at runtime
     builder.add_edge(START, "model")

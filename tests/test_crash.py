@@ -51,6 +51,8 @@ class CrashStats:
     runs_without_put: int = 0
     seconds: float = 0.0
     checkpoints_at_end: int = 0
+    chunks_at_end: int = 0
+    """Chunks of the turn packs (format 16: the long replies they carry) at the end."""
 
 
 @dataclass
@@ -238,6 +240,7 @@ def kill_loop(
     # The last, complete check: every state ever logged, and every put.
     with DeltaLogSaver.from_path(store) as saver:
         assert_verified(saver)
+        stats.chunks_at_end = sum(len(key) > 8 for key, _ in saver.env.iter_db("packs"))
         graph: CompiledStateGraph[Any] = chat_graph(SF).compile(checkpointer=saver)
         for thread_id, checkpoint_id in ledger.puts:
             assert saver.get_tuple(cfg(thread_id, checkpoint_id=checkpoint_id)) is not None
@@ -267,6 +270,7 @@ def test_sigkill_loses_no_returned_put(tmp_path: Path) -> None:
     # The kills must land while checkpoints are being written, not only at start-up.
     assert stats.puts_logged > KILLS
     assert stats.runs_without_put < KILLS // 2
+    assert stats.chunks_at_end > 0  # kills landed where packs carry long replies
 
 
 @pytest.mark.stress

@@ -83,7 +83,7 @@ def test_the_9_to_10_step_moves_every_blob_to_its_version_major_key(tmp_path: Pa
         env.close()
     assert len(old) >= 5
     with DeltaLogSaver.from_path(store) as saver:
-        assert saver.env.format_version == keys.FORMAT_VERSION == 15
+        assert saver.env.format_version == keys.FORMAT_VERSION == 16
         new = dict(saver.env.iter_db("blobs"))
         assert saver.verify(deep=True).ok
     moved = {keys.blob_key(*keys.decode_blob_key(k, legacy=True)): v for k, v in old.items()}

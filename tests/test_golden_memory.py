@@ -85,7 +85,7 @@ def test_writable_open_packs_the_items_and_keeps_them(tmp_path: Path) -> None:
     path = copy_of(tmp_path)
     rows_before = len(raw_items(path))
     got = states(path, readonly=False)
-    assert got["format_version"] == keys.FORMAT_VERSION == 15
+    assert got["format_version"] == keys.FORMAT_VERSION == 16
     assert got["problems"] == []
     want = expected()
     for part in ("namespaces", "items", "query"):

@@ -158,7 +158,7 @@ def test_format_5_frames_every_record_over_its_key_and_a_damaged_one_does_not_bl
     env.close()
     with DeltaLogSaver.from_path(path) as saver:
         with saver.env.read() as r:
-            assert r.meta("format_version") == keys.FORMAT_VERSION == 15
+            assert r.meta("format_version") == keys.FORMAT_VERSION == 16
         report = saver.verify(deep=True)
     assert not report.ok and any(victim_key.hex() in p.detail for p in report.problems)
     after = {db: dict(_raw_rows(path, db)) for db in rows}

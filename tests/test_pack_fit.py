@@ -15,11 +15,14 @@ from deltalog.bench.scenarios import CHAT_SCENARIOS
 from deltalog.engine import DeltaLogSaver, Environment, keys, txn_base
 from deltalog.engine.codec import RecordCodec, ZstdCompressor, leaf_max
 from deltalog.engine.packs import (
+    CHUNK_KEY_SIZE,
     PACK_KEEP,
     PACK_MAX,
     PACK_RECORD_MAX,
     SEQ_SIZE,
     TAIL_MIN,
+    chunk_key,
+    chunk_sizes,
     leaf_slot,
     pack_cut,
     pack_due,
@@ -145,10 +148,11 @@ def test_a_pack_larger_than_estimated_is_cut_shorter(
     assert len(sizes) > 5 and max(sizes) <= LEAF and stat["overflow_pages"] == 0
 
 
-def test_records_too_large_to_pack_stay_plain_among_packs(tmp_path: Path) -> None:
+def test_records_too_large_to_pack_follow_their_pack_in_chunks(tmp_path: Path) -> None:
     """Turns with records over PACK_RECORD_MAX (random text) amid small ones: those
-    records stay plain (no pack takes an overflow page), count for nothing in the
-    cut, and the turns around them are packed and read back as written."""
+    records are not compressed into a pack (none takes an overflow page) and count
+    for nothing in the cut; the pack carries them as stored, in chunks after it
+    (format 16), and every turn reads back as written."""
     rng = random.Random(7)
     sent = []
     with DeltaLogSaver(Environment(tmp_path / "s")) as saver:
@@ -160,8 +164,44 @@ def test_records_too_large_to_pack_stay_plain_among_packs(tmp_path: Path) -> Non
         assert saver.verify(deep=True).ok
         texts = [s.values["text"] for s in graph.get_state_history(config) if s.next == ()]
         packs, stat = _packs(saver)
+        chunks = [k for k, _ in saver.env.iter_db("packs") if len(k) == CHUNK_KEY_SIZE]
+        large = [v for _, v in saver.env.iter_db("writes") if len(v) > PACK_RECORD_MAX]
     assert len(packs) > 5 and max(packs) <= LEAF and stat["overflow_pages"] == 0
+    assert len(chunks) >= 14 and len(large) <= 1  # 8 large writes; the newest stays plain
     assert texts == [text + "." for text in reversed(sent)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_chunk_cut_fills_the_pages_lmdb_uses(tmp_path: Path, seed: int) -> None:
+    """Packs and their chunks appended as pack_behind cuts them: the pages the
+    model starts are the leaf pages LMDB uses, no chunk takes an overflow page,
+    and the chunks fill their pages but for the last."""
+    rng = random.Random(seed)
+    env = lmdb.open(str(tmp_path / "db"), map_size=64 * 1024**2, max_dbs=2)
+    db = env.open_db(b"log")
+    tail, leaves, chunked = 0, 0, 0
+    with env.begin(write=True) as txn:
+        for seq in range(1, 120):
+            size = rng.randint(100, LEAF)
+            key = seq.to_bytes(SEQ_SIZE, "big")
+            txn.put(key, rng.randbytes(size), db=db, append=True)
+            after = tail_after(size, tail, PAGE)
+            leaves += after > tail
+            tail = after
+            total = rng.choice([0, rng.randint(1025, 3000), rng.randint(3000, 16384)])
+            sizes, after = chunk_sizes(total, tail, PAGE)
+            assert sum(sizes) == total and max(sizes, default=0) <= leaf_max(CHUNK_KEY_SIZE, PAGE)
+            for number, size in enumerate(sizes, 1):
+                txn.put(chunk_key(key, number), rng.randbytes(size), db=db, append=True)
+                moved = tail - leaf_slot(size, CHUNK_KEY_SIZE)
+                leaves += moved < 0
+                tail = moved if moved >= 0 else PAGE - 16 - leaf_slot(size, CHUNK_KEY_SIZE)
+            assert tail == after
+            chunked += sum(leaf_slot(size, CHUNK_KEY_SIZE) for size in sizes)
+        stat = txn.stat(db)
+    assert (stat["leaf_pages"], stat["overflow_pages"]) == (leaves, 0)
+    assert chunk_sizes(2 * leaf_max(CHUNK_KEY_SIZE, PAGE), PAGE - 16, PAGE) == ([2020, 2020], 0)
+    assert chunk_sizes(300, 200, PAGE)[0] == [300]  # too few bytes left: a page of its own
 
 
 def test_the_newest_checkpoints_are_never_packed(tmp_path: Path) -> None:
@@ -363,12 +403,13 @@ def test_a_put_that_does_not_pack_is_one_a_full_look_would_not_pack(
 
 
 def test_records_too_large_for_a_pack_are_appended_two_to_a_page(tmp_path: Path) -> None:
-    """A write of 1-2 KiB (a tool's result, a long answer) stays out of the packs. Put in
-    key order at the end of ``writes`` without ``MDB_APPEND``, LMDB split the last
-    page in the middle and each such record kept a page of its own (1.01 pages a
-    write here); appended, two share a page. Blobs go the same way, and a key that
-    is not the greatest (an older thread's) is put as before."""
-    with DeltaLogSaver.from_path(tmp_path / "s") as saver:
+    """A write of 1-2 KiB (a tool's result, a long answer) is stored plain (a pack
+    takes it later, in chunks). Put in key order at the end of ``writes`` without
+    ``MDB_APPEND``, LMDB split the last page in the middle and each such record
+    kept a page of its own (1.01 pages a write here); appended, two share a page.
+    Blobs go the same way, and a key that is not the greatest (an older thread's)
+    is put as before. Without turn packs, so that the records stay plain."""
+    with DeltaLogSaver.from_path(tmp_path / "s", pack_turns=False) as saver:
         rng = random.Random(5)
         older = put_values(saver, "older", {"turn": 0})  # interned first: its keys sort first
         config = None

@@ -18,7 +18,7 @@ import pytest
 from deltalog.bench.graphs import MESSAGES, build_graph, human_message, thread_config
 from deltalog.bench.scenarios import CHAT_SCENARIOS
 from deltalog.engine import CorruptRecordError, DeltaLogSaver, Environment
-from deltalog.engine.packs import PACK_KEEP, PACK_MAX
+from deltalog.engine.packs import CHUNK_KEY_SIZE, PACK_KEEP, PACK_MAX, SEQ_SIZE
 from langgraph.graph.state import CompiledStateGraph
 
 SCENARIOS = {s.name: s for s in CHAT_SCENARIOS}
@@ -86,12 +86,22 @@ def _packs(saver: DeltaLogSaver) -> int:
     return int(saver.env.stats()["packs"]["entries"])
 
 
-@pytest.mark.parametrize("scenario", ["chat-delta-sf100", "chat-add_messages", "chat-delta-sf10"])
+def _chunks(saver: DeltaLogSaver) -> int:
+    """How many chunks (format 16: large records a pack carries) the log holds."""
+    return sum(len(key) == CHUNK_KEY_SIZE for key, _ in saver.env.iter_db("packs"))
+
+
+@pytest.mark.parametrize(
+    "scenario", ["chat-delta-sf100", "chat-add_messages", "chat-delta-sf10", "agent-add_messages"]
+)
 def test_a_packed_chat_reads_as_a_plain_one(
     twins: tuple[DeltaLogSaver, DeltaLogSaver], scenario: str
 ) -> None:
+    """The agent's tool results (8,000 characters, ~1.8-2.4 KB stored) are larger
+    than PACK_RECORD_MAX: its packs carry them in chunks."""
     packed, plain = twins
     graphs = [_chat(s, scenario, "t", 25) for s in twins]
+    assert (_chunks(packed) > 0) == scenario.startswith("agent")
     # 25 turns, three checkpoints each: all but the newest few are packed, at most
     # PACK_MAX a pack.
     assert _packs(packed) >= (75 - PACK_KEEP - PACK_MAX) // PACK_MAX and _packs(plain) == 0
@@ -131,17 +141,20 @@ def test_packs_shrink_what_a_turn_adds(twins: tuple[DeltaLogSaver, DeltaLogSaver
     assert grown[0] < 0.85 * grown[1]
 
 
+@pytest.mark.parametrize("scenario", ["chat-delta-sf100", "agent-add_messages"])
 def test_changes_under_packed_checkpoints_match(
-    twins: tuple[DeltaLogSaver, DeltaLogSaver],
+    twins: tuple[DeltaLogSaver, DeltaLogSaver], scenario: str
 ) -> None:
     """A fork from an old (packed) checkpoint, writes under it, a copy, a prune of
-    another thread and a thread's deletion: the same results on both stores."""
+    another thread and a thread's deletion: the same results on both stores (the
+    agent's packs carry chunks, which the fork unpacks and the deletion deletes)."""
     graphs = {}
     for saver in twins:
-        graphs[id(saver)] = _chat(saver, "chat-delta-sf100", "a", 20)
-        _chat(saver, "chat-delta-sf100", "b", 12)
-        _chat(saver, "chat-delta-sf100", "c", 12)
+        graphs[id(saver)] = _chat(saver, scenario, "a", 20)
+        _chat(saver, scenario, "b", 12)
+        _chat(saver, scenario, "c", 12)
     packed = twins[0]
+    chunks = _chunks(packed)
     views = []
     for saver in twins:
         graph = graphs[id(saver)]
@@ -158,6 +171,37 @@ def test_changes_under_packed_checkpoints_match(
         assert saver.verify(deep=True).ok
     assert views[0] == views[1]
     assert _packs(packed) > 0
+    if scenario.startswith("agent"):
+        assert 0 < _chunks(packed) < chunks  # thread c's went with it
+
+
+def test_a_write_under_a_packed_checkpoint_unpacks_its_chunks(
+    twins: tuple[DeltaLogSaver, DeltaLogSaver],
+) -> None:
+    """A write under an old checkpoint of a pack that carries chunks turns the pack
+    back into plain records, the chunked ones as they were stored: both stores
+    read the same, and the chunks are gone with their pack."""
+    packed = twins[0]
+    views = []
+    for saver in twins:
+        graph = _chat(saver, "agent-add_messages", "t", 12)
+        chunks = _chunks(saver)
+        # The oldest checkpoint with a tool's result among its writes (a chunked record).
+        old = next(
+            t
+            for t in reversed(list(saver.list(thread_config("t"))))
+            if any(
+                getattr(m, "type", "") == "tool"
+                for _, _, v in t.pending_writes
+                if isinstance(v, list)
+                for m in v
+            )
+        )
+        saver.put_writes(old.config, [("note", "x")], task_id=str(uuid.uuid4()))
+        assert _chunks(saver) < chunks or saver is not packed
+        views.append(_view(saver, graph, "t"))
+        assert saver.verify(deep=True).ok
+    assert views[0] == views[1]
 
 
 def test_runs_deleted_from_packs_match(twins: tuple[DeltaLogSaver, DeltaLogSaver]) -> None:
@@ -203,6 +247,33 @@ def test_a_damaged_pack_is_an_error_not_another_value(tmp_path: Path) -> None:
         report = saver.verify()
         assert not report.ok
         assert [p.kind for p in report.problems if "pack" in p.kind] == ["damaged_pack"]
+
+
+@pytest.mark.parametrize(
+    ("damage", "error"), [("missing", "bytes of chunks"), ("flipped", "fail their CRC")]
+)
+def test_a_damaged_or_orphaned_chunk_is_damage(tmp_path: Path, damage: str, error: str) -> None:
+    """A chunk deleted from under its pack, or one bit of it flipped: reading the pack
+    is CorruptRecordError and verify reports the damaged pack; a chunk no pack owns
+    is an orphan."""
+    with _saver(tmp_path / "s", packs=True) as saver:
+        graph = _chat(saver, "agent-add_messages", "t", 15)
+        assert saver.verify(deep=True).ok
+        chunk, value = next((k, v) for k, v in saver.env.iter_db("packs") if len(k) > SEQ_SIZE)
+        orphan = (1 << 62).to_bytes(SEQ_SIZE, "big") + chunk[SEQ_SIZE:]
+        packs = saver.env.db("packs")
+        if damage == "missing":
+            saver.env.write(lambda w: w.txn.delete(chunk, db=packs))
+        else:
+            flipped = value[:-1] + bytes([value[-1] ^ 0x10])
+            saver.env.write(lambda w: w.put_raw(packs, chunk, flipped))
+        saver.env.write(lambda w: w.put_raw(packs, orphan, b"x"))
+        saver.env.pack_cache.clear()
+        with pytest.raises(CorruptRecordError, match=error):
+            list(graph.get_state_history(thread_config("t")))
+        report = saver.verify()
+        kinds = sorted(p.kind for p in report.problems if "pack" in p.kind)
+        assert kinds == ["damaged_pack", "orphan_pack"]
 
 
 def test_a_packed_thread_exports_and_imports_the_same(tmp_path: Path) -> None:

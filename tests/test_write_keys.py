@@ -233,7 +233,7 @@ def test_the_6_to_7_step_moves_every_write_and_keeps_every_state(
     write dictionary, and verifies clean."""
     path, before, count, kind = format_6_store
     with DeltaLogSaver.from_path(path) as saver:
-        assert saver.env.format_version == keys.FORMAT_VERSION == 15
+        assert saver.env.format_version == keys.FORMAT_VERSION == 16
         rows = list(saver.env.iter_db("writes"))
         assert len(rows) == count
         tags = []
