@@ -8,6 +8,8 @@ LangGraph and the saver give back.
 
 from __future__ import annotations
 
+import copy
+import random
 import re
 import uuid
 from collections.abc import Iterator
@@ -20,6 +22,8 @@ from deltalog.bench.scenarios import CHAT_SCENARIOS
 from deltalog.engine import CorruptRecordError, DeltaLogSaver, Environment
 from deltalog.engine.packs import CHUNK_KEY_SIZE, PACK_KEEP, PACK_MAX, SEQ_SIZE
 from langgraph.graph.state import CompiledStateGraph
+
+from .checkpoints import at, new_checkpoint
 
 SCENARIOS = {s.name: s for s in CHAT_SCENARIOS}
 
@@ -336,3 +340,74 @@ def test_a_pack_that_passes_its_crc_but_is_not_a_pack_is_damage(body: list[Any])
     raw = codec.encode_body(ormsgpack.packb(body), key=index_key)
     with pytest.raises(CorruptRecordError):
         decode_pack(codec, index_key, raw, "packs/test")
+
+
+def _tuples(saver: DeltaLogSaver, threads: list[str]) -> dict[str, list[Any]]:
+    """Every checkpoint tuple of each thread: id, values, pending writes, parent."""
+    out: dict[str, list[Any]] = {}
+    for thread in threads:
+        out[thread] = [
+            (
+                t.config["configurable"]["checkpoint_id"],
+                t.checkpoint["channel_values"],
+                sorted(map(repr, t.pending_writes or [])),
+                (t.parent_config or {}).get("configurable", {}).get("checkpoint_id"),
+            )
+            for t in saver.list(thread_config(thread))
+        ]
+    return out
+
+
+@pytest.mark.parametrize("seed", [4, 7, 13])
+def test_random_changes_read_the_same_packed_and_plain(
+    twins: tuple[DeltaLogSaver, DeltaLogSaver], seed: int
+) -> None:
+    """Random puts (mostly in a line, some forks), writes of 10 bytes to 40 KB (text and
+    random hex: small records, chunked ones and ones too large for chunks) under recent
+    and old checkpoints (unpacking their packs), thread deletions and copies, on a
+    packed and a plain store: every thread reads the same on both, every 20 steps.
+    The seeds are ones whose packs carry chunks (26-55 of them)."""
+    rng = random.Random(seed)
+    packed, plain = twins
+    threads = ["t0", "t1", "t2"]
+    ids: dict[str, list[str]] = {t: [] for t in threads}
+    for step in range(250):
+        thread = rng.choice(threads)
+        roll = rng.random()
+        size = rng.choice([10, 10, 10, 700, 1500, 3000, 9000, 20000, 40000])
+        if rng.random() < 0.5:
+            payload = rng.randbytes(size // 2).hex()
+        else:
+            payload = f"word{rng.randrange(99)} " * (size // 6 + 1)
+        if roll < 0.5 or not ids[thread]:
+            checkpoint, versions = new_checkpoint(packed, {"v": step})
+            config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+            if ids[thread] and rng.random() < 0.9:
+                parent = ids[thread][-1] if rng.random() < 0.9 else rng.choice(ids[thread])
+                config["configurable"]["checkpoint_id"] = parent
+            for saver in twins:
+                metadata: Any = {"source": "loop", "step": step}
+                saver.put(copy.deepcopy(config), copy.deepcopy(checkpoint), metadata, versions)
+            ids[thread].append(checkpoint["id"])
+        elif roll < 0.88:
+            old = ids[thread][-30:] if rng.random() < 0.7 else ids[thread]
+            target = rng.choice(old)
+            task = str(uuid.UUID(int=rng.getrandbits(128)))
+            channel = rng.choice(["messages", "tool", "tool", "__error__"])
+            writes = [(channel, payload)] * rng.randrange(1, 3)
+            for saver in twins:
+                saver.put_writes(at(thread, target), writes, task_id=task)
+        elif roll < 0.92:
+            for saver in twins:
+                saver.delete_thread(thread)
+            ids[thread] = []
+        elif not ids.get(thread + "c"):
+            for saver in twins:
+                saver.copy_thread(thread, thread + "c")
+            threads += [] if thread + "c" in threads else [thread + "c"]
+            ids[thread + "c"] = list(ids[thread])
+        if step % 20 == 0:
+            assert _tuples(packed, threads) == _tuples(plain, threads), step
+    assert _tuples(packed, threads) == _tuples(plain, threads)
+    assert _chunks(packed) > 0
+    assert packed.verify(deep=True).ok and plain.verify(deep=True).ok
