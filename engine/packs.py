@@ -161,12 +161,12 @@ def pack_body(
         [[key[plen:], compact, row(rec)] for key, rec, compact in checkpoints],
         [[key[plen:], channel, row(rec)] for key, rec, channel in writes],
     ]
-    outside = b"".join(chunked)
+    carried = b"".join(chunked)
     if chunked:
         # The chunks' CRC makes the pack's bytes differ whenever its chunks do: a
         # pack decoded once is kept by its bytes (TxnBase.pack).
-        rows.append(zlib.crc32(outside))
-    return index_key, ormsgpack.packb(rows), outside
+        rows.append(zlib.crc32(carried))
+    return index_key, ormsgpack.packb(rows), carried
 
 
 def decode_pack(
@@ -191,19 +191,19 @@ def decode_pack(
     try:
         ckpt_rows, write_rows, *crc = found
         lengths = [b for rows in (ckpt_rows, write_rows) for _, _, b in rows if type(b) is int]
-        if len(crc) != (1 if lengths else 0):
-            raise ValueError("its chunks' CRC is missing or out of place")
-        outside = chunked() if lengths else b""
-        if sum(lengths) != len(outside):
-            raise ValueError(f"its entries hold {sum(lengths)} bytes of chunks, not {len(outside)}")
-        if lengths and zlib.crc32(outside) != crc[0]:
+        if len(crc) != (1 if lengths else 0) or any(n < 1 for n in lengths):
+            raise ValueError("its chunks' CRC is missing or out of place, or a length below 1")
+        carried = chunked() if lengths else b""
+        if sum(lengths) != len(carried):
+            raise ValueError(f"its entries hold {sum(lengths)} bytes of chunks, not {len(carried)}")
+        if lengths and zlib.crc32(carried) != crc[0]:
             raise ValueError("its chunks fail their CRC")
         at = 0
 
         def take(n: int) -> bytes:
             nonlocal at
             at += n
-            return outside[at - n : at]
+            return carried[at - n : at]
 
         checkpoints: list[Entry] = []
         for suffix, compact, body in ckpt_rows:

@@ -325,8 +325,22 @@ def test_thread_summaries_count_packed_records_and_stored_bytes(
         [[[b"\x10" + bytes(16), False, b"\xc0"]], [[b"x", b"", b"\xc0"]]],
         [[[1, False, b"\xc0"]], []],
         [[[b"\x10" + bytes(16), False, b"\xc0"], [b"\x10" + bytes(16), False, b"\xc0"]], []],
+        [[[b"\x10" + bytes(16), False, 5]], []],
+        [[[b"\x10" + bytes(16), False, b"\xc0"]], [], 7],
+        [[[b"\x0f" + bytes(16), False, -1], [b"\x10" + bytes(16), False, 1]], [], 0],
+        [[[b"\x10" + bytes(16), False, 5]], [], 0],
     ],
-    ids=["not-a-pair", "empty", "write-without-channel", "bad-suffix", "twice-the-same-key"],
+    ids=[
+        "not-a-pair",
+        "empty",
+        "write-without-channel",
+        "bad-suffix",
+        "twice-the-same-key",
+        "chunked-without-crc",
+        "crc-without-chunks",
+        "length-below-1",
+        "chunks-missing",
+    ],
 )
 def test_a_pack_that_passes_its_crc_but_is_not_a_pack_is_damage(body: list[Any]) -> None:
     """A well-framed record whose body is no pack (a writer's bug, not a flipped bit):
