@@ -75,6 +75,10 @@ if TYPE_CHECKING:
 #: Namespaces whose plain tail a process remembers for the pack check
 #: (:meth:`WriteBase.pack_behind`); one more clears them all.
 PACK_TAILS: Final = 4096
+#: The most bytes of large records one pack carries in chunks (format 16): ~2,100
+#: chunks, far from the 65,535 a chunk key numbers. A pack of checkpoints with more
+#: (thousands of tasks' results) leaves the rest plain, as format 15 did.
+CARRY_MAX: Final = 4 * 1024**2
 #: A record at least this large is appended when it can be (:meth:`WriteBase.put_at_end`).
 #: Put in key order the ordinary way, records of 250-700 bytes filled their pages
 #: 0.68-0.78 (0.84 appended) and 1,600-byte ones took 1.01 pages each (0.51
@@ -765,19 +769,28 @@ class WriteBase(TxnBase):
                 list[tuple[bytes, bytes | Stored, bool]], list[tuple[bytes, bytes | Stored, bytes]]
             ]
         ] = []
+        carried = 0  # bytes of large records the pack carries: at most CARRY_MAX
+
+        def carry(raw: bytes) -> bool:
+            nonlocal carried
+            if not outside(raw) or carried + len(raw) > CARRY_MAX:
+                return False
+            carried += len(raw)
+            return True
+
         for (ckey, raw), group in zip(plain[:m], groups, strict=False):
             mine: list[tuple[bytes, bytes | Stored, bool]] = []
             found = body_of(self.codec, ckey, raw)
             if found is not None:
                 mine.append((ckey, found[0], found[1]))
-            elif outside(raw):
+            elif carry(raw):
                 mine.append((ckey, Stored(raw), False))  # its own tag tells
             theirs: list[tuple[bytes, bytes | Stored, bytes]] = []
             for wkey, channel, record in group:
                 found = body_of(self.codec, wkey, record, channel)
                 if found is not None:
                     theirs.append((wkey, found[0], channel))
-                elif outside(record):
+                elif carry(record):
                     theirs.append((wkey, Stored(record), channel))
             bring.append((mine, theirs))
         # Cut at level 3 first (a pack at the dense level costs ~30 times as much),

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from deltalog.bench.graphs import MESSAGES, build_graph, human_message, thread_config
 from deltalog.bench.scenarios import CHAT_SCENARIOS
-from deltalog.engine import CorruptRecordError, DeltaLogSaver, Environment
-from deltalog.engine.packs import CHUNK_KEY_SIZE, PACK_KEEP, PACK_MAX, SEQ_SIZE
+from deltalog.engine import CorruptRecordError, DeltaLogSaver, Environment, txn_base
+from deltalog.engine.packs import CHUNK_KEY_SIZE, PACK_KEEP, PACK_MAX, PACK_RECORD_MAX, SEQ_SIZE
 from langgraph.graph.state import CompiledStateGraph
 
 from .checkpoints import at, new_checkpoint
@@ -206,6 +206,26 @@ def test_a_write_under_a_packed_checkpoint_unpacks_its_chunks(
         views.append(_view(saver, graph, "t"))
         assert saver.verify(deep=True).ok
     assert views[0] == views[1]
+
+
+def test_a_pack_carries_at_most_carry_max_bytes_of_large_records(
+    twins: tuple[DeltaLogSaver, DeltaLogSaver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past CARRY_MAX bytes of large records (thousands of tasks' results under the
+    checkpoints of one pack), the rest stay plain, as before format 16: a pack's
+    chunks never outgrow their u16 numbers, and both stores read the same."""
+    monkeypatch.setattr(txn_base, "CARRY_MAX", 2500)  # one tool result a pack
+    packed = twins[0]
+    graphs = [_chat(saver, "agent-add_messages", "t", 30) for saver in twins]
+    assert _view(packed, graphs[0], "t") == _view(twins[1], graphs[1], "t")
+    carried: dict[bytes, int] = {}
+    for key, value in packed.env.iter_db("packs"):
+        if len(key) > SEQ_SIZE:
+            carried[key[:SEQ_SIZE]] = carried.get(key[:SEQ_SIZE], 0) + len(value)
+    assert carried and max(carried.values()) <= 2500
+    large = [v for _, v in packed.env.iter_db("writes") if len(v) > PACK_RECORD_MAX]
+    assert len(large) > 2  # more than the newest checkpoints hold
+    assert packed.verify(deep=True).ok
 
 
 def test_runs_deleted_from_packs_match(twins: tuple[DeltaLogSaver, DeltaLogSaver]) -> None:
