@@ -329,11 +329,12 @@ class TxnBase:
             cache[(bytes(index_key), bytes(raw))] = hit
         return hit
 
-    def pack_chunks(self, seq: bytes) -> bytes:
-        """The chunks of the pack numbered ``seq``, concatenated (format 16)."""
+    def pack_chunks(self, seq: bytes, *, with_pack: bool = False) -> bytes:
+        """The chunks of the pack numbered ``seq``, concatenated (format 16); with
+        ``with_pack``, the pack's own record before them (its stored bytes)."""
         cur = self.txn.cursor(db=self.dbs.packs)
         parts: list[bytes] = []
-        ok = cur.set_range(chunk_key(seq, 1))
+        ok = cur.set_range(seq if with_pack else chunk_key(seq, 1))
         while ok and cur.key()[:SEQ_SIZE] == seq:
             parts.append(bytes(cur.value()))
             ok = cur.next()
@@ -406,9 +407,8 @@ class TxnBase:
             yield from self.txn.cursor(db=db).iternext(keys=True, values=True)
         if self.packs_on():
             for index_key, seq in self.txn.cursor(db=self.dbs.pack_index):
-                raw = self.txn.get(seq, db=self.dbs.packs)
-                stored = bytes(raw) if raw is not None else b""
-                yield bytes(index_key), bytes(seq) + stored + self.pack_chunks(bytes(seq))
+                stored = self.pack_chunks(bytes(seq), with_pack=True)
+                yield bytes(index_key), bytes(seq) + stored
 
     def has_packs_under(self, prefix: bytes) -> bool:
         """Whether a pack's index key starts with ``prefix`` (a thread's)."""
@@ -679,10 +679,10 @@ class WriteBase(TxnBase):
         )
 
     def _delete_pack(self, seq: bytes) -> None:
-        """Delete the pack numbered ``seq`` from the log, and its chunks."""
-        self.txn.delete(seq, db=self.dbs.packs)
+        """Delete the pack numbered ``seq`` from the log, and its chunks (keyed after
+        it under the same number)."""
         cur = self.txn.cursor(db=self.dbs.packs)
-        ok = cur.set_range(chunk_key(seq, 1))
+        ok = cur.set_range(seq)
         while ok and cur.key()[:SEQ_SIZE] == seq:
             ok = cur.delete()
 
