@@ -27,12 +27,16 @@ SF = 3
 class MaintenanceMachine(RuleBasedStateMachine):
     """deltalog versus a model of what each thread must still show."""
 
+    #: every such turn of a thread gets a long reply (0: none), whose record a
+    #: turn pack carries in chunks (format 16)
+    long_every = 0
+
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp()
         self.path = f"{self.dir}/store"
         self.saver = DeltaLogSaver.from_path(self.path, map_size=256 * 1024)
-        self.graph = chat_graph(SF).compile(checkpointer=self.saver)
+        self.graph = chat_graph(SF, self.long_every).compile(checkpointer=self.saver)
         # thread -> {checkpoint_id: observed values}, for every listed checkpoint
         self.model: dict[str, dict[str, Any]] = {}
         self.turn_no = 0
@@ -57,19 +61,23 @@ class MaintenanceMachine(RuleBasedStateMachine):
             if cid not in known:
                 known[cid] = self._state(thread_id, cid)
 
-    @rule(thread=st.sampled_from(THREADS))
-    def turn(self, thread: str) -> None:
-        """A chat turn: the new latest state is the old one plus the human message and the reply."""
-        before = self.graph.get_state(cfg(thread)).values.get("messages", [])
-        self.turn_no += 1
-        config = cfg(thread)
-        config["metadata"] = {"run_id": f"run-{self.turn_no}"}
-        self.graph.invoke({"messages": [human(self.turn_no)]}, config)
-        expected = [*before, human(self.turn_no)]
-        expected.append(reply_to(expected))
-        got = self.graph.get_state(cfg(thread)).values["messages"]
-        assert [(m.id, m.content) for m in got] == [(m.id, m.content) for m in expected]
-        self._record(thread)
+    @rule(thread=st.sampled_from(THREADS), count=st.integers(1, 5))
+    def turn(self, thread: str, count: int) -> None:
+        """``count`` chat turns (enough of them make turn packs): each new latest
+        state is the old one plus the human message and the reply."""
+        for _ in range(count):
+            values = self.graph.get_state(cfg(thread)).values
+            before, turns = values.get("messages", []), values.get("turns", 0) + 1
+            self.turn_no += 1
+            config = cfg(thread)
+            config["metadata"] = {"run_id": f"run-{self.turn_no}"}
+            self.graph.invoke({"messages": [human(self.turn_no)]}, config)
+            expected = [*before, human(self.turn_no)]
+            long = self.long_every and turns % self.long_every == 0
+            expected.append(reply_to(expected, 700 if long else 75))
+            got = self.graph.get_state(cfg(thread)).values["messages"]
+            assert [(m.id, m.content) for m in got] == [(m.id, m.content) for m in expected]
+            self._record(thread)
 
     @rule(src=st.sampled_from(THREADS), dst=st.sampled_from(THREADS))
     def copy(self, src: str, dst: str) -> None:
@@ -137,7 +145,7 @@ class MaintenanceMachine(RuleBasedStateMachine):
         """Closing and reopening the store changes nothing."""
         self.saver.close()
         self.saver = DeltaLogSaver.from_path(self.path, map_size=256 * 1024)
-        self.graph = chat_graph(SF).compile(checkpointer=self.saver)
+        self.graph = chat_graph(SF, self.long_every).compile(checkpointer=self.saver)
 
     @invariant()
     def every_kept_checkpoint_is_exact(self) -> None:
@@ -156,10 +164,20 @@ class MaintenanceMachine(RuleBasedStateMachine):
         assert report.ok, report.problems
 
 
-TestMaintenanceMachine = MaintenanceMachine.TestCase
-TestMaintenanceMachine.settings = settings(
+class LongRepliesMachine(MaintenanceMachine):
+    """The same with a long reply every second turn of a thread: packs carry
+    records in chunks, and copy, prune, deletes and reopening meet them."""
+
+    long_every = 2
+
+
+_SETTINGS = settings(
     max_examples=40,
     stateful_step_count=15,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+TestMaintenanceMachine = MaintenanceMachine.TestCase
+TestMaintenanceMachine.settings = _SETTINGS
+TestLongRepliesMachine = LongRepliesMachine.TestCase
+TestLongRepliesMachine.settings = _SETTINGS
