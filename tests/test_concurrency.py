@@ -42,6 +42,8 @@ from tests.graphs import cfg, chat_graph, human, observe
 
 SF = 3
 TINY_MAP = 256 * 1024  # forces map growth (and MapResized in other processes) mid-test
+#: The second chat writer of each process gives every such turn a long reply.
+LONG_EVERY = 2
 
 
 def put_tagged(
@@ -122,11 +124,14 @@ def tagged_writer(saver: DeltaLogSaver, name: str, stop: float, work: Work) -> N
     _guard(work, run)
 
 
-def chat_writer(saver: DeltaLogSaver, thread_id: str, stop: float, work: Work) -> None:
-    """Turn after turn of a DeltaChannel chat graph, recording each state it saw."""
+def chat_writer(
+    saver: DeltaLogSaver, thread_id: str, stop: float, work: Work, long_every: int = 0
+) -> None:
+    """Turn after turn of a DeltaChannel chat graph, recording each state it saw
+    (with ``long_every``, long replies: records a turn pack carries in chunks)."""
 
     def run() -> None:
-        graph: CompiledStateGraph[Any] = chat_graph(SF).compile(checkpointer=saver)
+        graph: CompiledStateGraph[Any] = chat_graph(SF, long_every).compile(checkpointer=saver)
         turn = 0
         while time.monotonic() < stop:
             graph.invoke({"messages": [human(turn)]}, cfg(thread_id))
@@ -166,7 +171,10 @@ def process_worker(path: str, name: str, seconds: float, queue: Any) -> None:
         saver = DeltaLogSaver.from_path(path, map_size=TINY_MAP)
         stop = time.monotonic() + seconds
         chats = [f"{name}-chat-{k}" for k in range(2)]
-        threads = [threading.Thread(target=chat_writer, args=(saver, c, stop, work)) for c in chats]
+        threads = [
+            threading.Thread(target=chat_writer, args=(saver, c, stop, work, LONG_EVERY * k))
+            for k, c in enumerate(chats)
+        ]
         threads.append(threading.Thread(target=tagged_writer, args=(saver, name, stop, work)))
         threads.append(threading.Thread(target=reader, args=(saver, chats, stop, work)))
         for t in threads:
@@ -216,7 +224,10 @@ def test_processes_threads_readers_writers_at_once(tmp_path: Path) -> None:
     start = time.monotonic()
     stop = start + seconds
     chats = ["main-chat-0", "main-chat-1"]
-    threads = [threading.Thread(target=chat_writer, args=(saver, c, stop, work)) for c in chats]
+    threads = [
+        threading.Thread(target=chat_writer, args=(saver, c, stop, work, LONG_EVERY * k))
+        for k, c in enumerate(chats)
+    ]
     threads += [threading.Thread(target=tagged_writer, args=(saver, "main", stop, work))]
     threads += [threading.Thread(target=reader, args=(saver, chats, stop, work))]
     for t in threads:
@@ -232,12 +243,14 @@ def test_processes_threads_readers_writers_at_once(tmp_path: Path) -> None:
     try:
         check_everything(saver, work)
         stored = sum(1 for _ in saver.list(None))
+        chunks = sum(len(key) > 8 for key, _ in saver.env.iter_db("packs"))
         print(
             f"\n3 processes x 4 threads: {stored} checkpoints in {elapsed:.1f} s = "
             f"{stored / elapsed:.0f} checkpoints/s, {work.reads} checked reads, "
-            f"map grew to {saver.env.env.info()['map_size']} bytes"
+            f"{chunks} pack chunks, map grew to {saver.env.env.info()['map_size']} bytes"
         )
         assert saver.env.env.info()["map_size"] > TINY_MAP
+        assert chunks > 0  # packs carried long replies while the processes wrote
     finally:
         saver.close()
 
@@ -249,7 +262,10 @@ def test_threads_on_one_saver_with_a_growing_map(make_saver: Callable[..., Delta
     work = Work()
     stop = time.monotonic() + 4
     chats = ["c0", "c1", "c2"]
-    threads = [threading.Thread(target=chat_writer, args=(saver, c, stop, work)) for c in chats]
+    threads = [
+        threading.Thread(target=chat_writer, args=(saver, c, stop, work, LONG_EVERY * k))
+        for k, c in enumerate(chats)
+    ]
     threads += [
         threading.Thread(target=tagged_writer, args=(saver, f"t{k}", stop, work)) for k in range(3)
     ]
