@@ -300,23 +300,35 @@ def test_a_damaged_or_orphaned_chunk_is_damage(tmp_path: Path, damage: str, erro
         assert kinds == ["damaged_pack", "orphan_pack"]
 
 
-def test_a_packed_thread_exports_and_imports_the_same(tmp_path: Path) -> None:
-    """The export of a packed thread, imported into a store that does not pack,
-    reads back the same (ids included: no normalizing)."""
-    with _saver(tmp_path / "s", packs=True) as saver, _saver(tmp_path / "i", packs=False) as other:
-        graph = _chat(saver, "chat-delta-sf100", "t", 15)
+@pytest.mark.parametrize("into_packs", [False, True])
+@pytest.mark.parametrize(
+    ("scenario", "checkpoints"), [("chat-delta-sf100", 45), ("agent-add_messages", 55)]
+)
+def test_a_packed_thread_exports_and_imports_the_same(
+    tmp_path: Path, scenario: str, checkpoints: int, into_packs: bool
+) -> None:
+    """The export of a packed thread (the agent's with chunks), imported into a
+    store that packs and into one that does not, reads back the same (ids
+    included: no normalizing)."""
+    with (
+        _saver(tmp_path / "s", packs=True) as saver,
+        _saver(tmp_path / "i", packs=into_packs) as other,
+    ):
+        graph = _chat(saver, scenario, "t", 15)
         assert _packs(saver) > 0
+        assert (_chunks(saver) > 0) == scenario.startswith("agent")
         other.import_records(list(saver.export_records(["t"])))
         config = thread_config("t")
         mine = [(t.config, t.checkpoint, t.metadata, t.pending_writes) for t in saver.list(config)]
         theirs = [
             (t.config, t.checkpoint, t.metadata, t.pending_writes) for t in other.list(config)
         ]
-        assert mine == theirs and len(mine) == 45
+        assert mine == theirs and len(mine) == checkpoints
         assert (
             graph.get_state(config).values
-            == build_graph(SCENARIOS["chat-delta-sf100"], other).get_state(config).values
+            == build_graph(SCENARIOS[scenario], other).get_state(config).values
         )
+        assert other.verify(deep=True).ok
 
 
 def test_thread_summaries_count_packed_records_and_stored_bytes(
