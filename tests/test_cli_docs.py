@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import doctest
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,10 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 @pytest.mark.parametrize("name", ["getting-started.md", "concepts.md", "migrating-to-postgres.md"])
-def test_doc_examples_run(name: str) -> None:
-    """Every `>>>` example of the page gives the output the page shows."""
+def test_doc_examples_run(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every `>>>` example of the page gives the output the page shows (the
+    folders its ``tempfile.mkdtemp()`` makes land in ``tmp_path``, not /tmp)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     failed, attempted = doctest.testfile(
         str(DOCS / name), module_relative=False, optionflags=doctest.ELLIPSIS, verbose=False
     )
@@ -29,8 +32,6 @@ def test_cli_reference_documents_every_export_field() -> None:
 
     text = (DOCS / "cli.md").read_text()
     section = text.split("### The export stream", 1)[1].split("\n## ", 1)[0]
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp, DeltaLogSaver.from_path(Path(tmp) / "s") as saver:
         chat_graph(3).compile(checkpointer=saver).invoke(
             {"messages": [HumanMessage("hi", id="h")]}, cfg("t")
