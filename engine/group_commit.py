@@ -147,6 +147,20 @@ class _Deferred:
                 saved[signum](signum, sys._getframe())
 
 
+#: The note an interrupt raised in a writer's wait carries when the write was
+#: committed all the same.
+COMMITTED_NOTE: Final = "deltalog: this write was committed before the interrupt was delivered"
+
+
+def _add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)``; on Python 3.10, which has no ``add_note``, the same
+    ``__notes__`` list (PEP 678) set by hand, which code can read there too."""
+    if sys.version_info >= (3, 11):
+        exc.add_note(note)
+    else:
+        exc.__notes__ = [*getattr(exc, "__notes__", ()), note]  # type: ignore[attr-defined]
+
+
 # How often an interrupted caller whose op is in a running batch looks whether
 # the batch is done (see GroupCommit.write).
 _DONE_POLL: Final = 0.0005
@@ -306,10 +320,8 @@ class GroupCommit:
                         # the interrupt says truly whether this write is stored.
                         while not req.done:
                             time.sleep(_DONE_POLL)
-                if req.done and req.error is None and hasattr(exc, "add_note"):  # 3.11+
-                    exc.add_note(
-                        "deltalog: this write was committed before the interrupt was delivered"
-                    )
+                if req.done and req.error is None:
+                    _add_note(exc, COMMITTED_NOTE)
                 raise
         if req.error is not None:
             raise req.error

@@ -45,10 +45,22 @@ async def aremember(state: State, runtime: Runtime[Any]) -> dict[str, Any]:
     return {"visits": visits}
 
 
-def build(saver: DeltaLogSaver, node: Any) -> CompiledStateGraph[Any, Any, Any, Any]:
+async def aaudit(state: State, runtime: Runtime[Any]) -> dict[str, Any]:
+    """``audit`` for async graphs: through the runtime, since a sync node's
+    ``get_store()`` in an async graph needs Python 3.11+ (LangGraph hands the
+    run's context to executor threads there only)."""
+    store = runtime.store
+    assert store is not None
+    await store.aput(("audit", state["user"]), f"visit-{state['visits']}", {"n": state["visits"]})
+    return {}
+
+
+def build(
+    saver: DeltaLogSaver, node: Any, audit_node: Any = audit
+) -> CompiledStateGraph[Any, Any, Any, Any]:
     builder = StateGraph(State)
     builder.add_node("remember", node)
-    builder.add_node("audit", audit)
+    builder.add_node("audit", audit_node)
     builder.add_edge(START, "remember")
     builder.add_edge("remember", "audit")
     builder.add_edge("audit", END)
@@ -92,7 +104,7 @@ async def test_async_graph_memory(tmp_path: Path) -> None:
     """An async graph uses the store through aget/aput, concurrently and after reopen."""
     path = tmp_path / "app"
     with DeltaLogSaver.from_path(path) as saver:
-        graph = build(saver, aremember)
+        graph = build(saver, aremember, aaudit)
         await asyncio.gather(
             *(graph.ainvoke({"user": f"u{i}", "visits": 0}, cfg(f"a{i}")) for i in range(6))
         )
