@@ -53,6 +53,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         passed: Mapping[str, Typed] | None = None,
         minted: bool = False,
         made: checkpoint_form.Front | None = None,
+        pack: bool = True,
     ) -> None:
         """Store a checkpoint record, its new blobs and its run-index entry.
 
@@ -70,7 +71,8 @@ class CheckpointWrites(BlobWrites, ReadTxn):
 
         ``minted`` (the saver's own puts): every version not in ``carry`` is new
         in this put, so one without a value here has no blob of this
-        checkpoint's (see :meth:`_blobbed`).
+        checkpoint's (see :meth:`_blobbed`). ``pack=False`` (an import, which
+        packs once its writes are in): no turn pack behind this record.
         """
         cid = keys.encode_id(checkpoint_id)
         if parent_id is not None:
@@ -162,7 +164,7 @@ class CheckpointWrites(BlobWrites, ReadTxn):
         self._remember_envelope(key, raw, ormsgpack.unpackb(body))
         if run_id is not None:
             self.txn.put(keys.run_key(keys.encode_run(run_id), t, n, cid), b"", db=self.dbs.runs)
-        if self.env.pack_turns:
+        if pack and self.env.pack_turns:
             self.pack_behind(t, n, key, raw)
 
     def _materialize_refs(self, ckey: bytes) -> int:

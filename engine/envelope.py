@@ -66,6 +66,37 @@ def held_inline(channel: str, value: Any, typed: Typed) -> bool:
     return channel == INPUT_CHANNEL and len(typed[1]) <= INPUT_INLINE_MAX
 
 
+def held_inline_typed(channel: str, typed: Typed) -> bool:
+    """:func:`held_inline` from the serialized value alone, for values that arrive
+    serialized (an import): a scalar is LangGraph's ``("null", b"")`` or a
+    ``"msgpack"`` payload that is one msgpack nil, bool, int, float or str (a
+    value of another type carries an extension or a container). Never calls
+    the serde.
+
+    >>> held_inline_typed("count", ("msgpack", b"\\x07")), held_inline_typed("x", ("null", b""))
+    (True, True)
+    >>> held_inline_typed("messages", ("msgpack", b"\\x91\\x01"))
+    False
+    >>> held_inline_typed(INPUT_CHANNEL, ("msgpack", b"\\x81\\xa1a\\x01"))
+    True
+    """
+    kind, payload = typed
+    if channel == INPUT_CHANNEL:
+        return len(payload) <= INPUT_INLINE_MAX
+    if len(payload) > INLINE_MAX:
+        return False
+    if kind == "null":
+        return True
+    if kind != "msgpack":
+        return False
+    try:
+        value = ormsgpack.unpackb(payload)
+    except (ormsgpack.MsgpackDecodeError, TypeError, ValueError):
+        return False  # an extension type, or no msgpack at all
+    # Exactly one object, encoded as LangGraph's ormsgpack encodes it.
+    return type(value) in _SCALARS and ormsgpack.packb(value) == payload
+
+
 # Positions of the checkpoint record's fields (see CheckpointEnvelope).
 PARENT, VERSIONS, CKPT_TYPE, CKPT_BYTES, META_TYPE, META_BYTES, FLAGS, RUN_ID = range(8)
 DELTA: Final = 8  # format 2

@@ -10,7 +10,12 @@ from deltalog.engine import keys
 from deltalog.engine.checkpoint_writes import CheckpointWrites
 from deltalog.engine.codec import COMPACT, KEYED, TAG_PLAIN
 from deltalog.engine.core import Plan
-from deltalog.engine.envelope import CheckpointEnvelope, parent_in, split_write_value
+from deltalog.engine.envelope import (
+    CheckpointEnvelope,
+    held_inline_typed,
+    parent_in,
+    split_write_value,
+)
 from deltalog.engine.errors import (
     InvalidInputError,
     ThreadExistsError,
@@ -19,6 +24,7 @@ from deltalog.engine.packs import body_of
 from deltalog.engine.store_rows import (
     FLAG_HIDDEN,
     BlobRow,
+    Typed,
     Version,
 )
 
@@ -229,40 +235,88 @@ class ThreadWrites(CheckpointWrites):
                     "empty store or delete the thread first"
                 )
             counts["threads"] += 1
+        # Stored in the order and form of the saver's own puts (docs/design.md,
+        # "Imports"): each checkpoint with its small scalars and run input inside
+        # its record and its other values as blobs, then its writes (the input
+        # task's writes refer to the input; a later seed is encoded against
+        # them), then turn packs.
+        values: dict[tuple[str, str, str, Version], Typed] = {}
+        writes: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
         for rec in records:
-            kind, thread_id, ns = rec["kind"], rec["thread_id"], rec["checkpoint_ns"]
-            if kind == "checkpoint":
-                self.put_checkpoint(
-                    thread_id,
-                    ns,
-                    rec["checkpoint_id"],
-                    parent_id=rec["parent_id"],
-                    channel_versions=rec["channel_versions"],
-                    checkpoint=(rec["checkpoint"][0], rec["checkpoint"][1]),
-                    metadata=(rec["metadata"][0], rec["metadata"][1]),
-                    run_id=rec["run_id"],
-                    blobs=(),
-                    delta=rec.get("delta", ()),
-                    flags=rec.get("flags", 0),
+            if rec["kind"] == "blob":
+                value = (rec["value"][0], rec["value"][1])
+                values[(rec["thread_id"], rec["checkpoint_ns"], rec["channel"], rec["version"])] = (
+                    value
                 )
-            elif kind == "blob":
+                counts["blobs"] += 1
+            elif rec["kind"] == "write":
+                under = (rec["thread_id"], rec["checkpoint_ns"], rec["checkpoint_id"])
+                writes.setdefault(under, []).append(rec)
+            elif rec["kind"] != "checkpoint":
+                raise InvalidInputError(f"import record kind {rec['kind']!r} is unknown")
+        held: set[tuple[str, str, str, Version]] = set()
+        groups: dict[tuple[int, int], None] = {}
+        for rec in records:
+            if rec["kind"] != "checkpoint":
+                continue
+            thread_id, ns = rec["thread_id"], rec["checkpoint_ns"]
+            inline: dict[str, Typed] = {}
+            blobs: list[BlobRow] = []
+            for channel, version in rec["channel_versions"].items():
+                found = values.get((thread_id, ns, channel, version))
+                if found is None:
+                    continue
+                held.add((thread_id, ns, channel, version))
+                if held_inline_typed(channel, found):
+                    inline[channel] = found
+                else:
+                    blobs.append(BlobRow(channel, version, found))
+            self.put_checkpoint(
+                thread_id,
+                ns,
+                rec["checkpoint_id"],
+                parent_id=rec["parent_id"],
+                channel_versions=rec["channel_versions"],
+                checkpoint=(rec["checkpoint"][0], rec["checkpoint"][1]),
+                metadata=(rec["metadata"][0], rec["metadata"][1]),
+                run_id=rec["run_id"],
+                blobs=blobs,
+                delta=rec.get("delta", ()),
+                flags=rec.get("flags", 0),
+                inline=inline,
+                pack=False,
+            )
+            groups[(self.intern(keys.KIND_THREAD, thread_id), self.intern(keys.KIND_NS, ns))] = None
+            counts["checkpoints"] += 1
+            counts["writes"] += self._import_writes(
+                writes.pop((thread_id, ns, rec["checkpoint_id"]), [])
+            )
+        for (thread_id, ns, channel, version), value in values.items():
+            if (thread_id, ns, channel, version) not in held:  # no checkpoint has that version
                 t = self.intern(keys.KIND_THREAD, thread_id)
                 n = self.intern(keys.KIND_NS, ns)
-                value = (rec["value"][0], rec["value"][1])
-                self.put_blob(t, n, rec["channel"], rec["version"], value)
-            elif kind == "write":
-                self.put_writes(
-                    thread_id,
-                    ns,
-                    rec["checkpoint_id"],
-                    rec["task_id"],
-                    rec["task_path"],
-                    [(rec["channel"], rec["idx"], (rec["value"][0], rec["value"][1]))],
-                )
-            else:
-                raise InvalidInputError(f"import record kind {kind!r} is unknown")
-            counts[kind + "s"] += 1
+                self.put_blob(t, n, channel, version, value)
+        for rows in writes.values():  # under checkpoints the stream does not hold
+            counts["writes"] += self._import_writes(rows)
+        if self.env.pack_turns:
+            for t, n in groups:
+                while self.pack_behind(t, n):
+                    pass
         return counts
+
+    def _import_writes(self, rows: Sequence[dict[str, Any]]) -> int:
+        """Store imported write records (of one checkpoint, in stream order); return
+        how many."""
+        for rec in rows:
+            self.put_writes(
+                rec["thread_id"],
+                rec["checkpoint_ns"],
+                rec["checkpoint_id"],
+                rec["task_id"],
+                rec["task_path"],
+                [(rec["channel"], rec["idx"], (rec["value"][0], rec["value"][1]))],
+            )
+        return len(rows)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, write, blob and run entry of a thread."""

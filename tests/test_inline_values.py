@@ -13,10 +13,13 @@ import pytest
 from deltalog.engine import DeltaLogSaver, keys
 from deltalog.engine import envelope as envelope_module
 from deltalog.engine.envelope import INLINE_MAX
+from hypothesis import given
+from hypothesis import strategies as st
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
@@ -343,3 +346,36 @@ def test_copy_forks_hold_the_values_of_the_copied_checkpoint(
     copies, resumed, _ = steps(make_saver())
     assert copies[0] == ({"status": "a-done", "n": 1}, ("ask",))
     assert resumed == {"status": "b-done", "n": 1, "note": "yes"}
+
+
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=600)
+)
+_values = st.recursive(
+    _scalars | st.binary(max_size=40) | st.sampled_from([Colour.RED, uuid.UUID(int=7)]),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@given(
+    channel=st.sampled_from(["count", envelope_module.INPUT_CHANNEL]),
+    value=_values,
+)
+def test_the_inline_rule_from_serialized_bytes_is_the_rule_from_values(
+    channel: str, value: Any
+) -> None:
+    """An import decides what a record holds from the serialized value alone
+    (held_inline_typed); it must decide as a put decides from the value
+    (held_inline), for scalars, long strings, containers, bytes and extension
+    types alike."""
+    typed = JsonPlusSerializer().dumps_typed(value)
+    assert envelope_module.held_inline_typed(channel, typed) == envelope_module.held_inline(
+        channel, value, typed
+    )

@@ -68,12 +68,19 @@ def replace_input(saver: DeltaLogSaver, ckey: bytes, typed: Typed | None) -> Non
 
 
 def write_records(saver: DeltaLogSaver) -> Rows:
-    """(key, channel uid bytes, decoded record) of every stored write."""
+    """(key, channel uid bytes, decoded record) of every stored write, plain or
+    in a turn pack."""
     out: Rows = []
-    for key, raw in saver.env.iter_db("writes"):
-        cbytes, _, record = split_write_value(raw)
-        rec = saver.env.codec.decode(record, "test", prefix=cbytes, key=key)
-        out.append((key, cbytes, rec))
+    with saver.env.read() as r:
+        cur = r.write_cursor()
+        ok = cur.first()
+        while ok:
+            key, raw = bytes(cur.key()), bytes(cur.value())
+            cbytes, _, record = split_write_value(raw)
+            out.append(
+                (key, cbytes, saver.env.codec.decode(record, "test", prefix=cbytes, key=key))
+            )
+            ok = cur.next()
     return out
 
 

@@ -331,6 +331,39 @@ def test_a_packed_thread_exports_and_imports_the_same(
         assert other.verify(deep=True).ok
 
 
+def _pages(saver: DeltaLogSaver) -> int:
+    """LMDB pages the store's databases hold."""
+    return sum(
+        int(v["pages"]) for v in saver.env.stats().values() if isinstance(v, dict) and "pages" in v
+    )
+
+
+@pytest.mark.parametrize(
+    ("scenario", "turns"), [("chat-delta-sf100", 300), ("agent-add_messages", 150)]
+)
+def test_an_imported_thread_is_stored_as_the_saver_stores_it(
+    tmp_path: Path, scenario: str, turns: int
+) -> None:
+    """An import stores each checkpoint with its small values and its run input
+    inside its record, then that checkpoint's writes (the input task's refer to
+    the input; a later seed is encoded against them), then turn packs: the
+    same blobs as the thread it came from and not many more pages (before:
+    3.9-4.9x the pages, every value a blob, no pack). What is left of the
+    difference is the record dictionary, which the store trains only after
+    the import's transaction."""
+    with _saver(tmp_path / "s", packs=True) as saver, _saver(tmp_path / "i", packs=True) as other:
+        _chat(saver, scenario, "t", turns)
+        other.import_records(list(saver.export_records(["t"])))
+        assert other.env.stats()["blobs"]["entries"] == saver.env.stats()["blobs"]["entries"]
+        assert _packs(other) > 0
+        assert _pages(other) <= 2 * _pages(saver), (_pages(other), _pages(saver))
+        config = thread_config("t")
+        assert [(t.config, t.checkpoint, t.pending_writes) for t in other.list(config)] == [
+            (t.config, t.checkpoint, t.pending_writes) for t in saver.list(config)
+        ]
+        assert other.verify(deep=True).ok
+
+
 def test_thread_summaries_count_packed_records_and_stored_bytes(
     twins: tuple[DeltaLogSaver, DeltaLogSaver],
 ) -> None:
