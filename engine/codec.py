@@ -1290,6 +1290,17 @@ class RecordCodec:
         )
 
     @property
+    def has_final_dictionary(self) -> bool:
+        """Whether the final record dictionary is known (its sampling has ended)."""
+        return FINAL_DICT in self.dictionaries
+
+    @property
+    def final_due(self) -> bool:
+        """Whether the samples suffice to train the final dictionary, which this codec
+        lacks (then :attr:`wants_training` is true too)."""
+        return FINAL_DICT not in self.dictionaries and self._final_due()
+
+    @property
     def wants_training(self) -> bool:
         """True once enough records were seen to train a dictionary this codec lacks:
         the final one after :data:`TRAIN_BYTES` in :data:`TRAIN_RECORDS` records or

@@ -15,6 +15,7 @@ re-planning when a writer changed a group meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -439,6 +440,39 @@ class Maintenance:
         self.env.copy_to(folder, compact=compact)
         after = os.path.getsize(os.path.join(folder, "data.mdb"))
         return CompactReport(self.env.path, folder, before, after)
+
+
+class _Sampled(Exception):
+    """Ends the dry run of :func:`train_on_import` (and drops its transaction)."""
+
+
+def train_on_import(
+    env: Environment, threads: Sequence[dict[str, Any]], first_lines: Mapping[str, int]
+) -> None:
+    """Before an import into a store without its final record dictionary: store
+    the records of ``threads`` in a write transaction that is then dropped,
+    only so that the codec samples them, until it has enough for the final
+    dictionary (or the stream ends); then let the store train and store the
+    dictionary they call for, in a commit of its own as after any commit. The
+    import that follows compresses with it. Without this, the store trains
+    after the import's one transaction, and a fresh store's import was
+    compressed without a dictionary (docs/design.md, "Imports"). A dictionary
+    stored before an import that then fails is harmless: it names no data.
+
+    Raises what the import would raise before writing (``ThreadExistsError``).
+    """
+    codec = env.codec
+    if not threads or codec.has_final_dictionary:
+        return
+
+    def dry_run(w: WriteTxn) -> None:
+        w.import_records(threads, first_lines=first_lines, until=lambda: codec.final_due)
+        raise _Sampled
+
+    with contextlib.suppress(_Sampled):
+        env.write(dry_run)
+    if codec.wants_training:
+        env.write(lambda w: None)  # the store trains after a commit
 
 
 def _apply_plans(

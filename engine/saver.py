@@ -65,7 +65,7 @@ from deltalog.engine.env import Environment
 from deltalog.engine.env_files import Durable, store_folder
 from deltalog.engine.export import header
 from deltalog.engine.import_check import check_import
-from deltalog.engine.maintenance import Maintenance
+from deltalog.engine.maintenance import Maintenance, train_on_import
 from deltalog.engine.prepare import prepare_put, prepare_writes
 from deltalog.engine.reads import export_rows, list_rows
 from deltalog.engine.reports import CompactReport, CopyReport, RemovalReport, VerifyReport
@@ -753,7 +753,10 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
         parent cycles); only a stream that passes is written.
 
         Memory store ``item`` records go into the same transaction, vectors as
-        exported (nothing is re-embedded).
+        exported (nothing is re-embedded). Threads are stored as :meth:`put`
+        stores them; a store without its final record dictionary first trains
+        one on a dry run of the import (a transaction it drops), stored in a
+        commit of its own (:func:`~deltalog.engine.maintenance.train_on_import`).
 
         Raises:
             InvalidInputError: ``records`` is not an iterable of records.
@@ -763,12 +766,12 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
         """
         rows, first_lines = check_import(records, self.serde)
         items = [rec for rec in rows if rec["kind"] == "item"]
+        threads = [rec for rec in rows if rec["kind"] != "item"]
+        train_on_import(self.env, threads, first_lines)
         if not items:
             return self.env.write(lambda w: w.import_records(rows, first_lines=first_lines))
         from deltalog.engine.memory_export import import_items
         from deltalog.engine.memory_io import directory
-
-        threads = [rec for rec in rows if rec["kind"] != "item"]
 
         def op(w: WriteTxn) -> tuple[dict[str, int], dict[tuple[str, ...], int]]:
             interned = import_items(w, items, [rec["line"] for rec in items])

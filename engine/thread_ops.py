@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from deltalog.engine import keys
@@ -208,7 +208,11 @@ class ThreadWrites(CheckpointWrites):
         return cbytes + self.codec.rekey(record, key, new_key, where, prefix=cbytes)
 
     def import_records(
-        self, records: Sequence[dict[str, Any]], *, first_lines: Mapping[str, int] | None = None
+        self,
+        records: Sequence[dict[str, Any]],
+        *,
+        first_lines: Mapping[str, int] | None = None,
+        until: Callable[[], bool] | None = None,
     ) -> dict[str, int]:
         """Store portable records that :func:`~deltalog.engine.import_check.check_import` passed.
 
@@ -217,6 +221,9 @@ class ThreadWrites(CheckpointWrites):
         Args:
             records: The validated records (no header).
             first_lines: The stream line of each thread's first record, for errors.
+            until: Stop after the first checkpoint (and its writes) after which
+                this is true, with the rest not stored (a dry run that only
+                samples records for the dictionary, then is dropped).
 
         Raises:
             ThreadExistsError: A thread in the stream already has checkpoints here.
@@ -291,6 +298,8 @@ class ThreadWrites(CheckpointWrites):
             counts["writes"] += self._import_writes(
                 writes.pop((thread_id, ns, rec["checkpoint_id"]), [])
             )
+            if until is not None and until():
+                return counts
         for (thread_id, ns, channel, version), value in values.items():
             if (thread_id, ns, channel, version) not in held:  # no checkpoint has that version
                 t = self.intern(keys.KIND_THREAD, thread_id)

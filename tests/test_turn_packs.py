@@ -346,17 +346,17 @@ def test_an_imported_thread_is_stored_as_the_saver_stores_it(
 ) -> None:
     """An import stores each checkpoint with its small values and its run input
     inside its record, then that checkpoint's writes (the input task's refer to
-    the input; a later seed is encoded against them), then turn packs: the
-    same blobs as the thread it came from and not many more pages (before:
-    3.9-4.9x the pages, every value a blob, no pack). What is left of the
-    difference is the record dictionary, which the store trains only after
-    the import's transaction."""
+    the input; a later seed is encoded against them), then turn packs, all
+    compressed with the record dictionary a dry run of the import trained
+    first: the same blobs as the thread it came from and no more pages
+    (before: 3.9-4.9x the pages, every value a blob, no pack, no dictionary;
+    without the dry run 1.3-1.6x)."""
     with _saver(tmp_path / "s", packs=True) as saver, _saver(tmp_path / "i", packs=True) as other:
         _chat(saver, scenario, "t", turns)
         other.import_records(list(saver.export_records(["t"])))
         assert other.env.stats()["blobs"]["entries"] == saver.env.stats()["blobs"]["entries"]
         assert _packs(other) > 0
-        assert _pages(other) <= 2 * _pages(saver), (_pages(other), _pages(saver))
+        assert _pages(other) <= 1.1 * _pages(saver), (_pages(other), _pages(saver))
         config = thread_config("t")
         assert [(t.config, t.checkpoint, t.pending_writes) for t in other.list(config)] == [
             (t.config, t.checkpoint, t.pending_writes) for t in saver.list(config)
