@@ -462,8 +462,8 @@ def train_on_import(
     Raises what the import would raise before writing (``ThreadExistsError``).
     """
     codec = env.codec
-    if not threads or codec.has_final_dictionary:
-        return
+    if not threads or codec.has_final_dictionary or codec.compress_threshold is None:
+        return  # nothing to train, or a store that compresses nothing samples nothing
 
     def dry_run(w: WriteTxn) -> None:
         w.import_records(threads, first_lines=first_lines, until=lambda: codec.final_due)

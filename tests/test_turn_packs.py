@@ -364,6 +364,33 @@ def test_an_imported_thread_is_stored_as_the_saver_stores_it(
         assert other.verify(deep=True).ok
 
 
+@pytest.mark.parametrize(("compress", "writes"), [(True, 3), (False, 1)])
+def test_an_import_trains_the_dictionary_on_a_dry_run_only_where_it_compresses(
+    tmp_path: Path, compress: bool, writes: int
+) -> None:
+    """Into a fresh store that compresses: a dry run (dropped), the commit after
+    which the store trains its dictionary, then the import; the dictionary is
+    stored. Into one that compresses nothing: the import alone (a dry run would
+    sample nothing and double the import's time)."""
+    with _saver(tmp_path / "s", packs=True) as saver:
+        _chat(saver, "chat-delta-sf100", "t", 300)
+        records = list(saver.export_records(["t"]))
+    other = DeltaLogSaver.from_path(tmp_path / "i", compress_threshold=512 if compress else None)
+    with other:
+        calls: list[object] = []
+        write = other.env.write
+
+        def counted(op: Any, **kwargs: Any) -> Any:
+            calls.append(op)
+            return write(op, **kwargs)
+
+        other.env.write = counted  # type: ignore[method-assign]
+        other.import_records(records)
+        assert len(calls) == writes
+        assert other.env.codec.has_final_dictionary == compress
+        assert len(list(other.list(thread_config("t")))) == 900
+
+
 def test_thread_summaries_count_packed_records_and_stored_bytes(
     twins: tuple[DeltaLogSaver, DeltaLogSaver],
 ) -> None:
