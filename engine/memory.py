@@ -545,7 +545,9 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
     def _texts_to_embed(self, plan: _Plan) -> list[tuple[tuple[_Key, int], str]]:
         """Texts of the batch's puts that have no stored vector for the same text.
 
-        Vectors of unchanged texts are copied from the stored records instead.
+        Vectors of unchanged texts are copied from the stored records instead,
+        if they have the configured ``dims`` (a re-put after a change of
+        ``dims`` embeds the text again).
         One short read transaction, before any embedding call.
         """
         wanted: list[tuple[_Key, str, str]] = []
@@ -571,10 +573,13 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
                 if ns_id is not None:
                     stored[k] = {(v.path, v.digest): v for v in reader.item_vectors(ns_id, k[1])}
         todo: list[tuple[tuple[_Key, int], str]] = []
+        width = 4 * self.index_config["dims"] if self.index_config else 0
         for k, path, text in wanted:
             put = plan.puts[k]
             digest = text_digest(text)
             old = stored.get(k, {}).get((path, digest))
+            if old is not None and len(old.vector) != width:
+                old = None  # made under another ``dims`` setting: embedded again
             put.vectors.append(old if old is not None else VectorRecord(path, digest, b""))
             if old is None:
                 todo.append(((k, len(put.vectors) - 1), text))

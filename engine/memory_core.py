@@ -39,6 +39,7 @@ __all__ = [
     "check_ttl",
     "check_value",
     "copy_value",
+    "cosines",
     "decode_counter",
     "decode_counts",
     "encode_counter",
@@ -54,6 +55,7 @@ __all__ = [
     "next_counter",
     "ns_of",
     "ranked_rows",
+    "row_norms",
     "validate_labels",
     "validate_namespace",
 ]
@@ -559,23 +561,49 @@ def is_expired(expires_ms: int | None, now_ms: int) -> bool:
 # -- vectors --------------------------------------------------------------------------
 
 
+def row_norms(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """The Euclidean norm of each row, each from that row alone (see :func:`cosines`)."""
+    import numpy as np
+
+    squares: npt.NDArray[np.float32] = np.einsum("ij,ij->i", matrix, matrix)
+    return np.sqrt(squares)
+
+
+def cosines(
+    query: npt.NDArray[np.float32],
+    matrix: npt.NDArray[np.float32],
+    norms: npt.NDArray[np.float32],
+) -> npt.NDArray[np.float32]:
+    """Cosine similarity of ``query`` with each row of ``matrix`` (whose
+    :func:`row_norms` are ``norms``), in [-1, 1]; a zero vector scores 0.0, as
+    in ``InMemoryStore``.
+
+    Each score depends on its row alone, so equal vectors score exactly equal
+    wherever they sit and rank by the tie-break: the sums run in numpy's
+    ``einsum``, in one order for every row. A BLAS matrix-vector product sums
+    rows in blocks: equal vectors scored differently in the last bits by row
+    position, ranked out of tie-break order, and an item's score changed
+    between the in-RAM matrix, a search inside a write and a reopen.
+    """
+    import numpy as np
+
+    qn = float(np.sqrt(np.einsum("j,j->", query, query)))
+    dots = np.einsum("ij,j->i", matrix, query)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scores = np.where((norms > 0) & (qn > 0), dots / (norms * (qn or 1.0)), 0.0)
+    return np.clip(scores, -1.0, 1.0).astype(np.float32, copy=False)
+
+
 def best_scores(
     query: npt.NDArray[np.float32], matrix: npt.NDArray[np.float32], owners: Sequence[int]
 ) -> dict[int, float]:
     """Cosine similarity of ``query`` with each row, keeping each owner's best row.
 
-    Exact brute force (recall 1.0): one matrix-vector product over float32.
-    A zero vector scores 0.0, as in ``InMemoryStore``.
+    Exact brute force (recall 1.0) over float32 (:func:`cosines`).
     """
-    import numpy as np
-
     if len(owners) == 0:
         return {}
-    qn = float(np.linalg.norm(query))
-    norms = np.linalg.norm(matrix, axis=1)
-    dots = matrix @ query
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scores = np.where((norms > 0) & (qn > 0), dots / (norms * (qn or 1.0)), 0.0)
+    scores = cosines(query, matrix, row_norms(matrix))
     best: dict[int, float] = {}
     for owner, score in zip(owners, scores.tolist(), strict=False):
         if owner not in best or score > best[owner]:

@@ -58,11 +58,13 @@ from deltalog.engine.memory_core import (
     Changes,
     ItemRecord,
     bump_counts,
+    cosines,
     decode_counter,
     decode_counts,
     encode_counts,
     next_counter,
     ns_of,
+    row_norms,
 )
 from deltalog.engine.memory_gets import GetCache
 from deltalog.engine.read_txn import ReadTxn
@@ -922,7 +924,7 @@ class VectorMatrix:
         if n:
             self.rows[:n] = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(n, self.dims)
         self.norms = np.zeros(capacity, dtype=np.float32)
-        self.norms[:n] = np.linalg.norm(self.rows[:n], axis=1)
+        self.norms[:n] = row_norms(self.rows[:n])
         self.ns = np.full(capacity, -1, dtype=np.int64)
         self.ns[:n] = [ns_of(k) for k in item_keys]
         self.keys = item_keys
@@ -983,7 +985,7 @@ class VectorMatrix:
                     self.size += 1
                     self.keys.append(b"")
                 self.rows[row] = np.frombuffer(blob, dtype=np.float32)
-                self.norms[row] = np.linalg.norm(self.rows[row : row + 1], axis=1)[0]
+                self.norms[row] = row_norms(self.rows[row : row + 1])[0]
                 self.ns[row] = ns_of(ikey)
                 self.keys[row] = ikey
                 rows.append(row)
@@ -1005,16 +1007,12 @@ class VectorMatrix:
     def scores(self, query: Sequence[float], rows: Any = None, ns_ids: Sequence[int] = ()) -> Any:
         """Cosine of ``query`` with every row (``-inf`` for free rows and rows
         outside ``rows``, a boolean mask, or outside the namespaces ``ns_ids``
-        when given), as :func:`memory_core.best_scores` computes it."""
+        when given), by :func:`memory_core.cosines` as a search inside a write ranks."""
         import numpy as np
 
         size = self.size
         q = np.asarray(query, dtype=np.float32)
-        qn = float(np.linalg.norm(q))
-        norms = self.norms[:size]
-        dots = self.rows[:size] @ q
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out = np.where((norms > 0) & (qn > 0), dots / (norms * (qn or 1.0)), 0.0)
+        out = cosines(q, self.rows[:size], self.norms[:size])
         keep = self.ns[:size] >= 0
         if rows is not None:
             keep &= rows

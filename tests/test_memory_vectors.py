@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from deltalog.engine import DeltaLogStore
 from deltalog.engine.errors import EmbeddingError, ItemValueError
-from langgraph.store.base import PutOp, SearchOp
+from langgraph.store.base import PutOp, SearchItem, SearchOp
 
 DIMS = 16
 
@@ -99,6 +99,65 @@ def test_unchanged_texts_not_reembedded(store: DeltaLogStore, embedder: Embedder
     embedder.texts.clear()
     store.put(("d",), "k", {"text": "one", "other": 2}, index=["text", "other"])
     assert embedder.texts == []
+
+
+def test_a_reput_after_a_change_of_dims_embeds_again(tmp_path: Path) -> None:
+    """A stored vector of another ``dims`` is not reused: the re-put embeds the text again."""
+
+    def embedder_of(dims: int, texts: list[str]) -> Any:
+        def embed(batch: list[str]) -> list[list[float]]:
+            texts.extend(batch)
+            return [embed_one(t)[:dims] for t in batch]
+
+        return embed
+
+    def index(dims: int, texts: list[str]) -> Any:
+        return {"dims": dims, "embed": embedder_of(dims, texts), "fields": ["text"]}
+
+    path, small = tmp_path / "dims", DIMS // 2
+    with DeltaLogStore.from_path(path, index=index(DIMS, [])) as s:
+        s.put(("d",), "k", {"text": "hello"})
+    texts: list[str] = []
+    with DeltaLogStore.from_path(path, index=index(small, texts)) as s:
+        assert [i.score for i in s.search(("d",), query="hello")] == [None]
+        texts.clear()
+        s.put(("d",), "k", {"text": "hello"})
+        assert texts == ["hello"]
+        (got,) = s.search(("d",), query="hello")
+        assert got.score == pytest.approx(1.0, abs=1e-5)
+        texts.clear()
+        s.put(("d",), "k", {"text": "hello"})  # now of this size: reused
+        assert texts == []
+        s.delete(("d",), "k")  # the documented way to re-index with a model of the same dims
+        s.put(("d",), "k", {"text": "hello"})
+        assert texts == ["hello"]
+        assert s.verify() == []
+
+
+@pytest.mark.parametrize("count", [5, 40])
+def test_equal_vectors_score_equal_and_rank_by_the_tie_break(tmp_path: Path, count: int) -> None:
+    """Items of one text score exactly alike wherever their vectors sit, rank by key,
+    and keep their score in a search inside a write and after a reopen; a score is at most 1."""
+    index: Any = {"dims": DIMS, "embed": Embedder(), "fields": ["text"]}
+    path = tmp_path / "ties"
+    keys = [f"k{i:02}" for i in range(count)]
+
+    def ranked(s: DeltaLogStore, *ops: Any) -> list[tuple[str, float | None]]:
+        found = s.batch([SearchOp(("ns",), None, 50, 0, "apple"), *ops])[0]
+        assert isinstance(found, list)
+        return [(i.key, i.score) for i in found if isinstance(i, SearchItem) and i.key != "other"]
+
+    with DeltaLogStore.from_path(path, index=index) as s:
+        s.put(("ns",), "other", {"text": "banana"})
+        s.batch([PutOp(("ns",), k, {"text": "cherry"}) for k in keys])
+        got = ranked(s)
+        assert [k for k, _ in got] == keys
+        assert len({score for _, score in got}) == 1
+        assert ranked(s, PutOp(("x",), "z", {"t": 1})) == got  # ranked from LMDB
+        (same,) = s.search(("ns",), query="banana", limit=1)
+        assert same.key == "other" and same.score is not None and same.score <= 1.0
+    with DeltaLogStore.from_path(path, index=index) as s:
+        assert ranked(s) == got
 
 
 def test_stale_vectors_dropped(store: DeltaLogStore) -> None:
