@@ -25,7 +25,7 @@ __all__ = ["DOCUMENTED", "main", "render"]
 DOCUMENTED: list[tuple[str, str]] = [
     ("deltalog.engine.saver:DeltaLogSaver", "DeltaLogSaver"),
     ("deltalog.engine.memory:DeltaLogStore", "DeltaLogStore"),
-    ("deltalog.engine.saver:SaverContext", "SaverContext"),
+    ("deltalog.engine.shared:OpenContext", "OpenContext"),
     ("deltalog.langgraph", "deltalog.langgraph"),
 ]
 

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import logging
 import math
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -41,7 +43,7 @@ from deltalog.engine.memory_io import (
 )
 from deltalog.engine.memory_search import MemorySearch, _item
 from deltalog.engine.memory_ttl import Stopped, SweepCount, SweeperFuture
-from deltalog.engine.shared import ClosingContext
+from deltalog.engine.shared import ClosingContext, OpenContext, open_path, release_shared
 from deltalog.engine.write_txn import WriteTxn
 from langchain_core.embeddings import Embeddings
 from langgraph.store.base import (
@@ -151,6 +153,7 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
         self.env = env
         self.owns_env = owns_env
         self._shared = False
+        self._temp_dir: str | None = None  # the folder of a ":memory:" store
         self._clock = clock or time.time
         self.ttl_config = _check_ttl_config(ttl)
         self.index_config: dict[str, Any] | None = None
@@ -191,7 +194,10 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
         with the same options) shares that one environment.
 
         Args:
-            path: Folder of the store; created with mode 0700 if missing.
+            path: Folder of the store; created with mode 0700 if missing. A
+                leading ``~`` is expanded. ``":memory:"`` opens a new temporary
+                store, private to this object, whose folder is deleted when it
+                closes (as for ``DeltaLogSaver.from_path``).
             index: Semantic search configuration (see the class).
             ttl: TTL configuration (see the class).
             clock: Seconds since the epoch, for tests.
@@ -214,11 +220,11 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
         Raises:
             InvalidInputError: A bad path, option, index or TTL config, before anything is created.
         """
+        from deltalog.engine.config import check_open_options
         from deltalog.engine.env_files import store_folder
-        from deltalog.engine.saver import _check_open_options, _open_shared, _release_shared
 
         path = store_folder(path)
-        _check_open_options(compress_threshold=compress_threshold, cache_bytes=0)
+        check_open_options(compress_threshold=compress_threshold, cache_bytes=0)
         # The configs are checked before the environment (and its folder) is created.
         _check_ttl_config(ttl)
         checked = None if index is None else _check_index(index)
@@ -231,16 +237,45 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
             "pack_turns": pack_turns,
             "max_readers": max_readers,
         }
-        env = _open_shared(path, options)
+        env, temp_dir = open_path(path, options)
         try:
             out = cls(env, ttl=ttl, clock=clock)
             if checked is not None:
                 out.index_config, out.embeddings, out._fields = checked
         except BaseException:
-            _release_shared(env)
+            release_shared(env)
+            if temp_dir is not None:
+                shutil.rmtree(temp_dir, ignore_errors=True)
             raise
         out._shared = True
+        out._temp_dir = temp_dir
         return out
+
+    @classmethod
+    def from_conn_string(
+        cls, conn_string: str | os.PathLike[str], **options: Any
+    ) -> OpenContext[DeltaLogStore]:
+        """Open the store at a path for a ``with`` or ``async with`` block, like ``SqliteStore``.
+
+        The store opens on entering the block and closes on leaving it.
+        ``async with`` opens and closes it in a worker thread, so code written
+        for ``AsyncSqliteStore.from_conn_string`` or
+        ``AsyncPostgresStore.from_conn_string`` works unchanged.
+
+        Example:
+            >>> with DeltaLogStore.from_conn_string("~/memory.lmdb") as store:  # doctest: +SKIP
+            ...     graph = builder.compile(store=store)
+
+        Args:
+            conn_string: The store's folder, as for :meth:`from_path` (``~``
+                expanded; ``":memory:"`` is a temporary store).
+            **options: Keyword arguments of :meth:`from_path` (``index``,
+                ``ttl``, ``durable``, ...).
+
+        Returns:
+            A context manager (sync and async) that yields an open store.
+        """
+        return OpenContext(functools.partial(cls.from_path, conn_string, **options))
 
     @classmethod
     def from_saver(
@@ -262,18 +297,19 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
         """Stop the sweeper and release the environment (closed with its last user)."""
         self.stop_ttl_sweeper(timeout=5)
         if self._shared:
-            from deltalog.engine.saver import _release_shared
-
             self._shared = False
-            _release_shared(self.env)
+            release_shared(self.env)
         elif self.owns_env:
             self.owns_env = False
             self.env.close()
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
 
     async def _aclose(self) -> None:
-        """``async with`` exit: stop the sweeper on the loop, then close."""
+        """``async with`` exit: stop the sweeper task on the loop, then close off it."""
         await self.astop_ttl_sweeper()
-        self.close()
+        await super()._aclose()
 
     # -- batches ------------------------------------------------------------------------
 

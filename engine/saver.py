@@ -40,9 +40,7 @@ from collections.abc import (
     Sequence,
 )
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime, timedelta
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from deltalog.channels.replay import ChannelSource
@@ -69,7 +67,7 @@ from deltalog.engine.maintenance import Maintenance, train_on_import
 from deltalog.engine.prepare import prepare_put, prepare_writes
 from deltalog.engine.reads import export_rows, list_rows
 from deltalog.engine.reports import CompactReport, CopyReport, RemovalReport, VerifyReport
-from deltalog.engine.shared import ClosingContext, open_path, open_shared, release_shared
+from deltalog.engine.shared import ClosingContext, OpenContext, open_path, release_shared
 from deltalog.engine.store_rows import (
     CheckpointRow,
     DeltaHistory,
@@ -106,15 +104,15 @@ if TYPE_CHECKING:
 
 __all__ = ["MEMORY", "DeltaLogSaver", "SaverContext"]
 
+#: What :meth:`DeltaLogSaver.from_conn_string` returns (the name before the
+#: memory store had one too).
+SaverContext = OpenContext
+
 T = TypeVar("T")
 
 # Tuples alist decodes per worker-thread hop: a hop costs ~50 us; one tuple
 # of a long thread can cost milliseconds, and a caller may stop early.
 _ALIST_BATCH: Final = 4
-# memory.py opens its environment as from_path does, through these names.
-_check_open_options = check_open_options
-_open_shared = open_shared
-_release_shared = release_shared
 
 
 def _may_spare(values: Iterable[StoredValue | None]) -> bool:
@@ -253,7 +251,9 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
         return saver
 
     @classmethod
-    def from_conn_string(cls, conn_string: str | os.PathLike[str], **options: Any) -> SaverContext:
+    def from_conn_string(
+        cls, conn_string: str | os.PathLike[str], **options: Any
+    ) -> OpenContext[DeltaLogSaver]:
         """Open the store at a path for a ``with`` or ``async with`` block, like ``SqliteSaver``.
 
         The store opens on entering the block and closes on leaving it.
@@ -274,7 +274,7 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
         Returns:
             A context manager (sync and async) that yields an open saver.
         """
-        return SaverContext(cls, conn_string, options)
+        return OpenContext(functools.partial(cls.from_path, conn_string, **options))
 
     def setup(self) -> Awaitable[None]:
         """Nothing to set up: the store creates its databases when it opens.
@@ -907,46 +907,3 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
         return await asyncio.to_thread(
             functools.partial(self.get_delta_channel_history, config=config, channels=channels)
         )
-
-
-class SaverContext(
-    AbstractContextManager["DeltaLogSaver"], AbstractAsyncContextManager["DeltaLogSaver"]
-):
-    """What :meth:`DeltaLogSaver.from_conn_string` returns: opens on enter, closes on exit."""
-
-    def __init__(
-        self, cls: type[DeltaLogSaver], path: str | os.PathLike[str], options: dict[str, Any]
-    ) -> None:
-        self._cls = cls
-        self._path = path
-        self._options = options
-        self._saver: DeltaLogSaver | None = None
-
-    def __enter__(self) -> DeltaLogSaver:
-        self._saver = self._cls.from_path(self._path, **self._options)
-        return self._saver
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        saver, self._saver = self._saver, None
-        if saver is not None:
-            saver.close()
-
-    async def __aenter__(self) -> DeltaLogSaver:
-        # Opening may create files, run migrations and fsync: not on the loop.
-        self._saver = await asyncio.to_thread(self._cls.from_path, self._path, **self._options)
-        return self._saver
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        saver, self._saver = self._saver, None
-        if saver is not None:
-            await asyncio.to_thread(saver.close)

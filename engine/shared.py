@@ -9,10 +9,13 @@ with other options is refused.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -22,7 +25,7 @@ from deltalog.engine.env import Environment
 from deltalog.engine.env_files import check_durable, check_pack_turns, check_sizes
 from deltalog.engine.errors import InvalidInputError
 
-__all__ = ["ClosingContext", "open_path", "open_shared", "release_shared"]
+__all__ = ["ClosingContext", "OpenContext", "open_path", "open_shared", "release_shared"]
 
 _C = TypeVar("_C", bound="ClosingContext")
 
@@ -36,7 +39,8 @@ class ClosingContext:
         raise NotImplementedError
 
     async def _aclose(self) -> None:
-        self.close()
+        # Closing waits for writers and may close LMDB: not on the loop.
+        await asyncio.to_thread(self.close)
 
     def __enter__(self: _C) -> _C:
         return self
@@ -59,6 +63,48 @@ class ClosingContext:
         tb: TracebackType | None,
     ) -> None:
         await self._aclose()
+
+
+class OpenContext(AbstractContextManager[_C], AbstractAsyncContextManager[_C]):
+    """What ``from_conn_string`` returns (:meth:`DeltaLogSaver.from_conn_string
+    <deltalog.engine.DeltaLogSaver.from_conn_string>`, ``DeltaLogStore.from_conn_string``):
+    opens the store on entering the block and closes it on leaving it.
+
+    ``async with`` opens it in a worker thread (opening may create files, run
+    migrations and fsync) and closes it as ``async with`` on the object does.
+    """
+
+    def __init__(self, opener: Callable[[], _C]) -> None:
+        self._opener = opener
+        self._opened: _C | None = None
+
+    def __enter__(self) -> _C:
+        self._opened = self._opener()
+        return self._opened
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        opened, self._opened = self._opened, None
+        if opened is not None:
+            opened.close()
+
+    async def __aenter__(self) -> _C:
+        self._opened = await asyncio.to_thread(self._opener)
+        return self._opened
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        opened, self._opened = self._opened, None
+        if opened is not None:
+            await opened._aclose()
 
 
 # One environment per path and process: LMDB (and py-lmdb) refuse a second

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deltalog.engine import DeltaLogSaver
+from deltalog.engine import DeltaLogSaver, DeltaLogStore
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import START, MessagesState, StateGraph
@@ -114,3 +114,42 @@ def test_tilde_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         saver.put(CONFIG, empty_checkpoint(), {}, {})
     assert (tmp_path / "home" / "chat.lmdb" / "data.mdb").exists()
     assert not (tmp_path / "~").exists()
+
+
+def test_the_store_opens_as_sqlitestore_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeltaLogStore: from_conn_string, ":memory:" private and deleted on close, "~" expanded."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    os.makedirs(tmp_path / "home")
+    monkeypatch.chdir(tmp_path)
+    with DeltaLogStore.from_conn_string("~/memory.lmdb", durable=False) as store:
+        store.setup()
+        store.put(("users", "u1"), "prefs", {"tone": "brief"})
+    assert store.env.closed
+    assert (tmp_path / "home" / "memory.lmdb" / "data.mdb").exists()
+    with DeltaLogStore.from_path("~/memory.lmdb") as again:
+        assert again.get(("users", "u1"), "prefs") is not None
+    first = DeltaLogStore.from_path(":memory:")
+    with DeltaLogStore.from_conn_string(":memory:") as second:
+        folder = first.env.path
+        first.put(("ns",), "k", {"v": 1})
+        assert second.get(("ns",), "k") is None  # not shared, like SQLite's ":memory:"
+    first.close()
+    assert not os.path.exists(folder)
+    assert sorted(os.listdir(tmp_path)) == ["home"]  # no "~" or ":memory:" folder
+    with (
+        pytest.raises(TypeError, match="nosuch"),
+        DeltaLogStore.from_conn_string(tmp_path / "s", nosuch=1),
+    ):
+        pass
+
+
+async def test_the_store_opens_in_async_with(tmp_path: Path) -> None:
+    """`async with DeltaLogStore.from_conn_string(path)` opens and closes off the loop."""
+    async with DeltaLogStore.from_conn_string(tmp_path / "s", durable=False) as store:
+        await store.aput(("ns",), "k", {"v": 1})
+        sweeper = await store.astart_ttl_sweeper()
+        assert (await store.aget(("ns",), "k")) is not None
+    assert store.env.closed
+    assert sweeper.done()  # stopped on the loop before the store closed
