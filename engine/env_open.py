@@ -547,7 +547,10 @@ class EnvironmentBase:
 
     def _check_pid(self) -> None:
         if self._closed:
-            raise StoreClosedError(f"store {self.path!r} is closed; open a new saver")
+            raise StoreClosedError(
+                f"store {self.path!r} is closed; open it again (DeltaLogSaver.from_path or "
+                "DeltaLogStore.from_path)"
+            )
         if os.getpid() != self._pid:
             if not self._closed_for_fork:
                 raise ForkedStoreError(

@@ -637,7 +637,10 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
                 "was written"
             )
         if not all(math.isfinite(x) for x in out):
-            raise EmbeddingError(f"the embedder returned a non-finite value for {what}")
+            raise EmbeddingError(
+                f"the embedder returned a non-finite value (NaN or infinity) for {what}; "
+                "nothing was written"
+            )
         return out
 
     def _attach(

@@ -212,7 +212,7 @@ def test_bad_embedder_writes_nothing(tmp_path: Path, bad: Any) -> None:
     """An embedder that raises or returns wrong vectors fails the batch; nothing is written."""
     with DeltaLogStore.from_path(tmp_path / "b", index={"dims": DIMS, "embed": bad}) as s:
         before = s.env.env.info()["last_txnid"]
-        with pytest.raises(EmbeddingError):
+        with pytest.raises(EmbeddingError, match="nothing was written"):
             s.batch([PutOp(("d",), "plain", {"x": 1}, index=False), PutOp(("d",), "k", {"t": "x"})])
         assert s.env.env.info()["last_txnid"] == before
         assert s.get(("d",), "plain") is None
