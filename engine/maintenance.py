@@ -295,12 +295,24 @@ class Maintenance:
             out["seed"] = self._load(seed)
         return out
 
+    def _set_by_hand(self, row: CheckpointRow) -> bool:
+        """Whether ``update_state`` wrote the checkpoint (metadata source
+        ``"update"``, or ``"fork"``, a copy of one): its stored values are the
+        update's, not the replay of its parent's writes, so it witnesses no
+        reducer."""
+        try:
+            metadata = self.serde.loads_typed(row.metadata)
+        except Exception:  # unreadable metadata: verify reports it; no witness
+            return True
+        return isinstance(metadata, dict) and metadata.get("source") in ("update", "fork")
+
     def _check_reducer(self, r: ReadTxn, g: _Group, cid: str, channel: str, spec: Any) -> None:
         """Refuse a reducer that does not rebuild the values the graph stored (R7).
 
         The graph's own reducer wrote every snapshot (``_DeltaSnapshot``) on
         the way to ``cid``: each is the replay of the writes before it from
-        the snapshot before that. So the caller's reducer must turn the
+        the snapshot before that (except where ``update_state`` wrote it,
+        :meth:`_set_by_hand`). So the caller's reducer must turn the
         history of the nearest snapshotted ancestors (up to
         ``_REDUCER_WITNESSES`` whose history has writes) into exactly the
         value stored there. Cost: that many more walks, each back to the
@@ -323,7 +335,7 @@ class Maintenance:
                 continue
             row = r.checkpoint(g.t, g.n, node.checkpoint_id, with_writes=False)
             stored = row.values.get(channel) if row is not None else None
-            if stored is None:
+            if stored is None or row is None or self._set_by_hand(row):
                 continue
             history = r.delta_history(g.t, g.n, node.checkpoint_id, [channel])[channel]
             if not history[1]:

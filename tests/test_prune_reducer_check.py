@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -147,3 +147,42 @@ def test_cli_prune_with_a_wrong_graph_exits_1_and_changes_nothing(tmp_path: Path
     assert len(lines) == 1 and lines[0].startswith("Error:") and "'messages'" in lines[0], lines
     with DeltaLogSaver.from_path(path) as saver:
         assert dump(saver) == before
+
+
+@pytest.mark.parametrize("after", [1, 4])
+def test_a_checkpoint_update_state_wrote_witnesses_no_reducer(
+    after: int, make_saver: Callable[..., DeltaLogSaver]
+) -> None:
+    """update_state stores its value as a seed that is not the replay of its parent's writes
+    (the update replaces the node's pending write): prune with the graph that wrote the
+    thread re-seeds it unchanged, and a wrong reducer is still refused on the loop's seeds."""
+
+    class Events(TypedDict, total=False):
+        events: Annotated[list[str], delta(append, snapshot_every=3)]
+
+    builder: StateGraph[Any] = StateGraph(Events)
+    builder.add_node("model", lambda state: {"events": [f"model{len(state.get('events', []))}"]})
+    builder.add_edge(START, "model")
+    builder.add_edge("model", END)
+    saver = make_saver()
+    graph = builder.compile(checkpointer=saver)
+    for turn in range(3):
+        graph.invoke({"events": [f"in{turn}"]}, cfg("t"))
+    old = [s for s in graph.get_state_history(cfg("t")) if s.next == ("model",)][1]
+    graph.update_state(old.config, {"events": ["u"]}, as_node="model")
+    for turn in range(after):
+        graph.invoke({"events": [f"after{turn}"]}, cfg("t"))
+    state = observe(graph.get_state(cfg("t")))
+    assert "u" in state["values"]["events"] and "model3" not in state["values"]["events"]
+    before = dump(saver)
+
+    def prepend(left: Any, right: Sequence[Any]) -> Any:
+        return [x for batch in reversed(right) for x in batch] + list(left)
+
+    with pytest.raises(ReducerMismatchError, match="channel 'events'"):
+        saver.prune(["t"], reducers={"events": prepend})
+    assert dump(saver) == before
+    report = saver.prune(["t"], reducers=graph)
+    assert report.seeds == 1
+    assert observe(graph.get_state(cfg("t")))["values"] == state["values"]
+    assert saver.verify().ok
