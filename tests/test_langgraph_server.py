@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalog.engine import DeltaLogStore
 
 pytest.importorskip(
     "langgraph_api", reason="the LangGraph server is not installed: pip install -e '.[dev]'"
@@ -41,6 +43,14 @@ builder.add_edge(START, "ask")
 graph = builder.compile()
 """
 
+EMBED = """
+import hashlib
+
+
+def embed(texts: list[str]) -> list[list[float]]:
+    return [[b / 255 for b in hashlib.sha256(t.encode()).digest()[:8]] for t in texts]
+"""
+
 # No analytics, version checks or tracing: the server talks to nothing but the test.
 QUIET = {
     "LANGGRAPH_CLI_NO_ANALYTICS": "1",
@@ -62,13 +72,18 @@ def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     project = tmp_path / "project"
     project.mkdir()
     (project / "graph.py").write_text(GRAPH)
+    (project / "embed.py").write_text(EMBED)
     (project / "langgraph.json").write_text(
         json.dumps(
             {
                 "dependencies": ["."],
                 "graphs": {"agent": "./graph.py:graph"},
                 "checkpointer": {"path": "deltalog.langgraph.checkpointer"},
-                "store": {"path": "deltalog.langgraph.store"},
+                "store": {
+                    "path": "deltalog.langgraph.store",
+                    "index": {"dims": 8, "embed": "./embed.py:embed", "fields": ["text"]},
+                    "ttl": {"default_ttl": 60, "sweep_interval_minutes": 1},
+                },
             }
         )
     )
@@ -176,3 +191,82 @@ def test_interrupt_and_resume_over_http(server: tuple[str, Path]) -> None:
     # The node's memory went through the store hook into the same LMDB file.
     item = _cli("memory", "get", str(store), "answers", "last")
     assert item["value"] == {"answer": "yes"}
+
+
+def test_the_store_hook_takes_index_and_ttl_from_langgraph_json(server: tuple[str, Path]) -> None:
+    """The "store" section's index (an embedder in a file of the project) and ttl reach the
+    store: a query search over HTTP scores by the embedder, and a node's put gets the default TTL."""
+    url, store = server
+    with httpx.Client(base_url=url) as client:
+        for key, text in [("a", "hello"), ("b", "something else")]:
+            body = {"namespace": ["docs"], "key": key, "value": {"text": text}}
+            response = client.put("/store/items", json=body, timeout=30)
+            assert response.status_code in (200, 204), response.text
+        found = _post(
+            client, "/store/items/search", {"namespace_prefix": ["docs"], "query": "hello"}
+        )["items"]
+        # A node's put without a ttl gets the default (the HTTP API passes ttl=None: none).
+        thread_id = _post(client, "/threads", {})["thread_id"]
+        runs: list[dict[str, Any]] = [{"input": {"messages": []}}, {"command": {"resume": "yes"}}]
+        for run in runs:
+            _post(client, f"/threads/{thread_id}/runs/wait", {"assistant_id": "agent", **run})
+    assert [i["key"] for i in found] == ["a", "b"]
+    assert found[0]["score"] == pytest.approx(1.0, abs=1e-5) and found[1]["score"] < 0.999
+    now = time.time()
+    with DeltaLogStore.from_path(store, clock=lambda: now + 59 * 60) as before_expiry:
+        assert before_expiry.get(("answers",), "last", refresh_ttl=False) is not None
+    with DeltaLogStore.from_path(store, clock=lambda: now + 61 * 60) as after_expiry:
+        assert after_expiry.get(("answers",), "last", refresh_ttl=False) is None
+        assert after_expiry.get(("docs",), "a", refresh_ttl=False) is not None
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("{not json", "is not JSON"),
+        ("[1]", "is not a JSON object"),
+        ('{"index": 3}', '"index": 3} in langgraph.json is not an object'),
+        ('{"ttl": "week"}', "\"ttl\": 'week'} in langgraph.json is not an object"),
+        ('{"index": {"dims": 8, "embed": "./nosuch.py:embed"}}', "no file"),
+        ('{"index": {"dims": 8, "embed": "./embed.py:nosuch"}}', "defines no 'nosuch'"),
+    ],
+)
+def test_the_store_hook_refuses_a_bad_store_section_before_opening(
+    raw: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bad "store" section stops the hook with an error naming it; no store is created."""
+    import asyncio
+
+    import deltalog.langgraph as hooks
+    from deltalog.engine import InvalidInputError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "embed.py").write_text(EMBED)
+    monkeypatch.setenv(hooks.ENV_PATH, str(tmp_path / "server.lmdb"))
+    monkeypatch.setenv(hooks.ENV_STORE_CONFIG, raw)
+
+    async def open_store() -> None:
+        async with hooks.store():
+            pass
+
+    with pytest.raises(InvalidInputError, match=re.escape(message)):
+        asyncio.run(open_store())
+    assert not (tmp_path / "server.lmdb").exists()
+
+
+def test_the_store_section_resolves_an_embedder_in_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """store_settings loads "./embed.py:embed" from the working directory and passes ttl on."""
+    import deltalog.langgraph as hooks
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "embed.py").write_text(EMBED)
+    section = {"index": {"dims": 8, "embed": "./embed.py:embed"}, "ttl": {"default_ttl": 5}}
+    monkeypatch.setenv(hooks.ENV_STORE_CONFIG, json.dumps(section))
+    index, ttl = hooks.store_settings()
+    assert index is not None and ttl == {"default_ttl": 5}
+    embed: Any = index["embed"]
+    assert callable(embed) and len(embed(["x"])[0]) == 8
+    monkeypatch.setenv(hooks.ENV_STORE_CONFIG, "")
+    assert hooks.store_settings() == (None, None)
