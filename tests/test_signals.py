@@ -29,29 +29,49 @@ def _raise_interrupted(signum: int, frame: Any) -> None:
     raise _Interrupted
 
 
+class _Gate:
+    """Open while the main thread is inside a put: only then does a signal raise.
+
+    The signaller fires every few ms whatever the main thread is doing; an exception
+    raised in the test's own bookkeeping (a loop test, an ``except`` block) would end
+    the test instead of testing the put. The handler closes the gate as it raises, so
+    a second signal cannot raise again before the next put.
+    """
+
+    def __init__(self) -> None:
+        self.open = False
+
+
 @pytest.fixture(params=["SIGINT", "SIGUSR1"])
-def signal_kind(request: pytest.FixtureRequest) -> Iterator[tuple[int, type[BaseException]]]:
-    """SIGINT with Python's handler (KeyboardInterrupt), or SIGUSR1 with a handler raising."""
-    if request.param == "SIGINT":
-        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-        kind: tuple[int, type[BaseException]] = (signal.SIGINT, KeyboardInterrupt)
-    else:
-        previous = signal.signal(signal.SIGUSR1, _raise_interrupted)
-        kind = (signal.SIGUSR1, _Interrupted)
+def signal_kind(
+    request: pytest.FixtureRequest,
+) -> Iterator[tuple[int, type[BaseException], _Gate]]:
+    """SIGINT raising KeyboardInterrupt (as Python's handler does), or SIGUSR1 with a handler
+    raising an ordinary exception; either raises only while the gate is open."""
+    signum = signal.SIGINT if request.param == "SIGINT" else signal.SIGUSR1
+    raised: type[BaseException] = KeyboardInterrupt if signum == signal.SIGINT else _Interrupted
+    gate = _Gate()
+
+    def handler(signum: int, frame: Any) -> None:
+        if gate.open:
+            gate.open = False
+            raise raised
+
+    previous = signal.signal(signum, handler)
     try:
-        yield kind
+        yield signum, raised, gate
     finally:
-        signal.signal(kind[0], previous)
+        signal.signal(signum, previous)
 
 
 @pytest.mark.timeout(180)
 def test_signals_on_the_main_thread_fail_no_other_threads_put(
-    tmp_path: Path, signal_kind: tuple[int, type[BaseException]]
+    tmp_path: Path, signal_kind: tuple[int, type[BaseException], _Gate]
 ) -> None:
     """8 writer threads and the main thread put while another thread signals the main thread
     every few ms (seeded): no other thread's put raises and all of them are stored; the main
     thread's interrupted puts that say they were committed are stored."""
-    signum, raised = signal_kind
+    signum, raised, gate = signal_kind
     rng = random.Random(f"15.15-{signum}")
     delays = [rng.uniform(0.001, 0.01) for _ in range(60)]
     with DeltaLogSaver.from_path(tmp_path / "s") as saver:  # durable: the leader waits in fsync
@@ -90,7 +110,9 @@ def test_signals_on_the_main_thread_fail_no_other_threads_put(
         finish: Callable[[], bool] = lambda: stop.is_set() and not sender.is_alive()  # noqa: E731
         while not finish() or n % 50:  # a few more puts after the last signal
             try:
+                gate.open = True
                 put_values(saver, "main", {"n": n})
+                gate.open = False
             except raised as exc:
                 interrupted += 1
                 if any("was committed" in note for note in getattr(exc, "__notes__", [])):
