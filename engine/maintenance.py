@@ -295,24 +295,54 @@ class Maintenance:
             out["seed"] = self._load(seed)
         return out
 
-    def _set_by_hand(self, row: CheckpointRow) -> bool:
-        """Whether ``update_state`` wrote the checkpoint (metadata source
-        ``"update"``, or ``"fork"``, a copy of one): its stored values are the
-        update's, not the replay of its parent's writes, so it witnesses no
-        reducer."""
+    def _replays_its_history(self, r: ReadTxn, g: _Group, cid: str, channel: str) -> bool:
+        """Whether the snapshot of ``channel`` at ``cid`` is the replay of its history.
+
+        LangGraph also stores a snapshot where the history does not rebuild
+        the value: after ``update_state`` (metadata source ``"update"``, or
+        ``"fork"``, a copy), after a run from an older checkpoint (an
+        ``"input"`` checkpoint whose parent holds writes of tasks the new run
+        dropped), and where ``durability="exit"`` stored no checkpoints
+        between (steps skipped). So every checkpoint on the walk back to the
+        previous snapshot must be the superstep after its parent's: source
+        ``"loop"``, or ``"input"`` over a parent without writes to ``channel``,
+        its step one more than the parent's.
+        """
+        node = g.nodes.get(cid)
+        while node is not None and node.parent_id is not None:
+            parent = g.nodes.get(node.parent_id)
+            if parent is None:
+                return False
+            here = self._metadata(r, g, node.checkpoint_id)
+            before = self._metadata(r, g, parent.checkpoint_id)
+            source, step, parent_step = here.get("source"), here.get("step"), before.get("step")
+            if source not in ("loop", "input") or not isinstance(step, int):
+                return False
+            if not isinstance(parent_step, int) or step != parent_step + 1:
+                return False
+            if source == "input":
+                row = r.checkpoint(g.t, g.n, parent.checkpoint_id, with_writes=True)
+                if row is None or any(w.channel == channel for w in row.writes):
+                    return False
+            if channel in parent.seeded:
+                return True
+            node = parent
+        return True
+
+    def _metadata(self, r: ReadTxn, g: _Group, cid: str) -> dict[str, Any]:
+        row = r.checkpoint(g.t, g.n, cid, with_writes=False)
         try:
-            metadata = self.serde.loads_typed(row.metadata)
+            metadata = self.serde.loads_typed(row.metadata) if row is not None else None
         except Exception:  # unreadable metadata: verify reports it; no witness
-            return True
-        return isinstance(metadata, dict) and metadata.get("source") in ("update", "fork")
+            return {}
+        return metadata if isinstance(metadata, dict) else {}
 
     def _check_reducer(self, r: ReadTxn, g: _Group, cid: str, channel: str, spec: Any) -> None:
         """Refuse a reducer that does not rebuild the values the graph stored (R7).
 
         The graph's own reducer wrote every snapshot (``_DeltaSnapshot``) on
         the way to ``cid``: each is the replay of the writes before it from
-        the snapshot before that (except where ``update_state`` wrote it,
-        :meth:`_set_by_hand`). So the caller's reducer must turn the
+        the snapshot before that (where :meth:`_replays_its_history`). So the caller's reducer must turn the
         history of the nearest snapshotted ancestors (up to
         ``_REDUCER_WITNESSES`` whose history has writes) into exactly the
         value stored there. Cost: that many more walks, each back to the
@@ -335,7 +365,7 @@ class Maintenance:
                 continue
             row = r.checkpoint(g.t, g.n, node.checkpoint_id, with_writes=False)
             stored = row.values.get(channel) if row is not None else None
-            if stored is None or row is None or self._set_by_hand(row):
+            if stored is None or not self._replays_its_history(r, g, node.checkpoint_id, channel):
                 continue
             history = r.delta_history(g.t, g.n, node.checkpoint_id, [channel])[channel]
             if not history[1]:

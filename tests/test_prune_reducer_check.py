@@ -149,39 +149,54 @@ def test_cli_prune_with_a_wrong_graph_exits_1_and_changes_nothing(tmp_path: Path
         assert dump(saver) == before
 
 
-@pytest.mark.parametrize("after", [1, 4])
-def test_a_checkpoint_update_state_wrote_witnesses_no_reducer(
-    after: int, make_saver: Callable[..., DeltaLogSaver]
-) -> None:
-    """update_state stores its value as a seed that is not the replay of its parent's writes
-    (the update replaces the node's pending write): prune with the graph that wrote the
-    thread re-seeds it unchanged, and a wrong reducer is still refused on the loop's seeds."""
+class Events(TypedDict, total=False):
+    events: Annotated[list[str], delta(append, snapshot_every=3)]
 
-    class Events(TypedDict, total=False):
-        events: Annotated[list[str], delta(append, snapshot_every=3)]
 
+def events_graph(saver: DeltaLogSaver) -> CompiledStateGraph[Any, Any, Any]:
     builder: StateGraph[Any] = StateGraph(Events)
     builder.add_node("model", lambda state: {"events": [f"model{len(state.get('events', []))}"]})
     builder.add_edge(START, "model")
     builder.add_edge("model", END)
+    return builder.compile(checkpointer=saver)
+
+
+def prepend(left: Any, right: Sequence[Any]) -> Any:
+    """A wrong reducer for `events`: the writes go in front."""
+    return [x for batch in reversed(right) for x in batch] + list(left)
+
+
+@pytest.mark.parametrize(
+    ("how", "after"),
+    [("update_state", 1), ("update_state", 4), ("time travel", 1), ("time travel", 4), ("exit", 0)],
+)
+def test_snapshots_the_history_does_not_rebuild_witness_no_reducer(
+    how: str, after: int, make_saver: Callable[..., DeltaLogSaver]
+) -> None:
+    """LangGraph also stores a snapshot where the stored writes do not rebuild it: after
+    update_state (the update replaces a node's pending write), a run from an older checkpoint
+    (its parent's pending writes are dropped) and durability="exit" (no writes between). Prune
+    with the graph that wrote the thread re-seeds it unchanged; a wrong reducer is still
+    refused on the loop's own snapshots where there are any."""
     saver = make_saver()
-    graph = builder.compile(checkpointer=saver)
+    graph = events_graph(saver)
+    durability: Any = "exit" if how == "exit" else "async"
     for turn in range(3):
-        graph.invoke({"events": [f"in{turn}"]}, cfg("t"))
-    old = [s for s in graph.get_state_history(cfg("t")) if s.next == ("model",)][1]
-    graph.update_state(old.config, {"events": ["u"]}, as_node="model")
+        graph.invoke({"events": [f"in{turn}"]}, cfg("t"), durability=durability)
+    if how != "exit":
+        old = [s for s in graph.get_state_history(cfg("t")) if s.next == ("model",)][1]
+        if how == "update_state":
+            graph.update_state(old.config, {"events": ["u"]}, as_node="model")
+        else:
+            graph.invoke({"events": ["forked"]}, old.config)
     for turn in range(after):
         graph.invoke({"events": [f"after{turn}"]}, cfg("t"))
     state = observe(graph.get_state(cfg("t")))
-    assert "u" in state["values"]["events"] and "model3" not in state["values"]["events"]
     before = dump(saver)
-
-    def prepend(left: Any, right: Sequence[Any]) -> Any:
-        return [x for batch in reversed(right) for x in batch] + list(left)
-
-    with pytest.raises(ReducerMismatchError, match="channel 'events'"):
-        saver.prune(["t"], reducers={"events": prepend})
-    assert dump(saver) == before
+    if after == 4:
+        with pytest.raises(ReducerMismatchError, match="channel 'events'"):
+            saver.prune(["t"], reducers={"events": prepend})
+        assert dump(saver) == before
     report = saver.prune(["t"], reducers=graph)
     assert report.seeds == 1
     assert observe(graph.get_state(cfg("t")))["values"] == state["values"]
