@@ -306,10 +306,16 @@ class Maintenance:
         between (steps skipped). So every checkpoint on the walk back to the
         previous snapshot must be the superstep after its parent's: source
         ``"loop"``, or ``"input"`` over a parent without writes to ``channel``,
-        its step one more than the parent's.
+        its step one more than the parent's; a walk that ends without a
+        snapshot must end at the thread's first checkpoint (step -1), not at
+        one a prune cut from its parent.
         """
         node = g.nodes.get(cid)
-        while node is not None and node.parent_id is not None:
+        while node is not None:
+            if node.parent_id is None:
+                # The thread's first checkpoint (step -1), not one a prune left
+                # without its parent: the writes before it are gone.
+                return self._metadata(r, g, node.checkpoint_id).get("step") == -1
             parent = g.nodes.get(node.parent_id)
             if parent is None:
                 return False
@@ -327,7 +333,7 @@ class Maintenance:
             if channel in parent.seeded:
                 return True
             node = parent
-        return True
+        return False
 
     def _metadata(self, r: ReadTxn, g: _Group, cid: str) -> dict[str, Any]:
         row = r.checkpoint(g.t, g.n, cid, with_writes=False)

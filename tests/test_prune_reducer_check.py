@@ -201,3 +201,33 @@ def test_snapshots_the_history_does_not_rebuild_witness_no_reducer(
     assert report.seeds == 1
     assert observe(graph.get_state(cfg("t")))["values"] == state["values"]
     assert saver.verify().ok
+
+
+class TwoDeltas(TypedDict, total=False):
+    messages: Annotated[list[str], delta(append, snapshot_every=3)]
+    events: Annotated[list[str], delta(append, snapshot_every=4)]
+
+
+def test_a_walk_that_ends_where_a_prune_cut_witnesses_no_reducer(
+    make_saver: Callable[..., DeltaLogSaver],
+) -> None:
+    """A prune without reducers keeps a hidden chain whose first checkpoint loses its parent;
+    a snapshot whose walk ends there is not the replay of its writes (those before the cut are
+    gone), so a later prune with the graph that wrote the thread is not refused."""
+    builder: StateGraph[Any] = StateGraph(TwoDeltas)
+    builder.add_node("model", lambda s: {"messages": [f"a{len(s['messages'])}"], "events": ["e"]})
+    builder.add_node("post", lambda s: {"events": ["post"]})
+    builder.add_edge(START, "model")
+    builder.add_edge("model", "post")
+    builder.add_edge("post", END)
+    saver = make_saver()
+    graph = builder.compile(checkpointer=saver)
+    for turn in range(2):
+        graph.invoke({"messages": [f"h{turn}"]}, cfg("t"))
+    saver.prune(["t"])  # keep_latest without reducers: the hidden chain stays
+    for turn in range(2, 4):
+        graph.invoke({"messages": [f"h{turn}"]}, cfg("t"))
+    state = observe(graph.get_state(cfg("t")))
+    saver.prune(["t"], keep_last=4, reducers=graph)
+    assert observe(graph.get_state(cfg("t")))["values"] == state["values"]
+    assert saver.verify().ok
