@@ -110,22 +110,51 @@ class DeltaLogGroup(click.Group):
     user_errors: tuple[type[BaseException], ...] = (DeltaLogError, OSError, ValueError)
 
     def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except (click.ClickException, click.exceptions.Exit, click.Abort, BrokenPipeError):
-            raise
-        except self.user_errors as exc:
-            if ctx.meta.get("deltalog.traceback"):
+        with _ctrl_c_noted() as interrupted:
+            try:
+                return super().invoke(ctx)
+            except (click.ClickException, click.exceptions.Exit, click.Abort, BrokenPipeError):
                 raise
-            raise CliError(one_line(exc)) from exc
-        except Exception as exc:
-            # A bug (or an error nothing translates yet): still one line, never a traceback.
-            if ctx.meta.get("deltalog.traceback"):
-                raise
-            raise CliError(
-                f"internal error: {one_line(exc)}; `deltalog --traceback ...` shows where "
-                "(please report it)"
-            ) from exc
+            except Exception as exc:
+                if interrupted():
+                    # Ctrl-C inside a C extension's callback (ormsgpack's, serializing
+                    # a value) comes out as that extension's TypeError or ValueError.
+                    raise KeyboardInterrupt from exc
+                if ctx.meta.get("deltalog.traceback"):
+                    raise
+                if isinstance(exc, self.user_errors):
+                    raise CliError(one_line(exc)) from exc
+                # A bug (or an error nothing translates yet): still one line, never a traceback.
+                raise CliError(
+                    f"internal error: {one_line(exc)}; `deltalog --traceback ...` shows where "
+                    "(please report it)"
+                ) from exc
+
+
+@contextlib.contextmanager
+def _ctrl_c_noted() -> Iterator[Callable[[], bool]]:
+    """Note a SIGINT while Python's own handler is in place (it still raises
+    KeyboardInterrupt); yields whether one came."""
+    import signal
+    import threading
+
+    came: list[bool] = []
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or (
+        previous is not signal.default_int_handler
+    ):
+        yield lambda: False
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        came.append(True)
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield lambda: bool(came)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # -- option decorators --------------------------------------------------------------

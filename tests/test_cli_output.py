@@ -211,3 +211,32 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
             proc.kill()
     assert proc.returncode == 130, err
     assert [x for x in err.splitlines() if x.strip()] == ["deltalog: interrupted"]
+
+
+def test_ctrl_c_inside_a_serializer_callback_is_still_an_interrupt() -> None:
+    """Ctrl-C that lands in ormsgpack's `default` callback comes out of ormsgpack as a
+    TypeError; the CLI still says "interrupted" with status 130, not "internal error"."""
+    import os
+    import signal
+
+    import click
+    import ormsgpack
+    from deltalog.engine.cli import main
+
+    def interrupted_here(obj: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGINT)
+        return str(obj)  # the handler raises in here, inside ormsgpack
+
+    @click.command("interrupt-me")
+    def interrupt_me() -> None:
+        ormsgpack.packb(object(), default=interrupted_here)
+
+    cli.add_command(interrupt_me)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(TypeError):  # what ormsgpack makes of it outside the CLI
+            ormsgpack.packb(object(), default=interrupted_here)
+        assert main(["interrupt-me"]) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        cli.commands.pop("interrupt-me")
