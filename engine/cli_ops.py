@@ -30,6 +30,7 @@ from deltalog.engine.cli_common import (
     human_bytes,
     json_option,
     load_graph,
+    one_line,
     open_saver,
     open_store,
     progress_bar,
@@ -550,7 +551,7 @@ def _alive(pid: int) -> bool:
 def export_cmd(
     path: Path, thread_ids: tuple[str, ...], output: IO[str], compress: bool, items: bool | None
 ) -> None:
-    """Write threads (all by default) as a portable stream: JSON Lines, format version 1.
+    """Write threads (all by default) as a portable stream: JSON Lines, format version 2.
 
     Every checkpoint, value and write, exactly as the saver's serializer
     stored it, so `deltalog import` rebuilds identical threads in any store;
@@ -583,7 +584,7 @@ def export_cmd(
                             advance=1,
                             description=f"exporting checkpoints ({human_bytes(sink.plain)})",
                         )
-    kinds = ", ".join(f"{n:,} {k}" for k, n in sink.counts.items() if k != "header")
+    kinds = ", ".join(f"{n:,} {k}" for k, n in sink.counts.items() if k not in ("header", "end"))
     ratio = f" ({sink.plain / stored:.1f}× the {human_bytes(stored)} stored)" if stored else ""
     packed = (
         f"; zstd {human_bytes(sink.packed)} ({sink.packed / sink.plain:.0%} of that)"
@@ -611,15 +612,17 @@ class _ExportSink:
         self._raw: Any = None
         if compress:
             import zstandard
+            from deltalog.engine.access import open_owner_only
 
             name = getattr(output, "name", "-")
             if name in ("-", "<stdout>"):
                 self._raw = sys.stdout.buffer
-            else:
-                self._raw = stack.enter_context(open(name, "wb"))  # noqa: SIM115
-            self._zstd = stack.enter_context(
-                zstandard.ZstdCompressor(level=3).stream_writer(self._raw, closefd=False)
-            )
+            else:  # 0600 like a plain export (issue 15.10)
+                self._raw = stack.enter_context(os.fdopen(open_owner_only(name), "wb"))
+            # With a checksum, a damaged file fails to decompress instead of
+            # importing other bytes.
+            compressor = zstandard.ZstdCompressor(level=3, write_checksum=True)
+            self._zstd = stack.enter_context(compressor.stream_writer(self._raw, closefd=False))
         stack.callback(self._flush)
 
     @property
@@ -673,7 +676,25 @@ def import_cmd(path: Path, source: IO[bytes], as_json: bool) -> None:
     out = Output(as_json)
     if source.isatty():
         raise click.UsageError("pass FILE or pipe an export stream: deltalog import PATH < file")
-    records, numbers = read_lines(read_stream(source))
+    import zstandard
+
+    stream = read_stream(source)
+    try:
+        try:
+            records, numbers = read_lines(stream)
+        except ImportRecordError:
+            if stream is not source:
+                # Lines come out before the frame's checksum is checked: a damaged
+                # compressed file shows first as a bad line. Read on to tell.
+                for _ in stream:
+                    pass
+            raise
+    except zstandard.ZstdError as exc:
+        # A --compress export whose bytes changed: its checksum (or the frame) says so.
+        raise CliError(
+            f"the compressed stream is damaged ({one_line(exc)}); nothing was imported: "
+            "export again"
+        ) from None
     from deltalog.engine.cli_serde import cli_serde
     from deltalog.engine.import_check import check_import
 

@@ -2,9 +2,10 @@
 
 docs/cli.md ("The export stream") documents the stream, field by field; this
 module owns it in code. The stream is JSON Lines: the header
-``{"kind": "header", "format": "deltalog-export", "version": 1}`` on line 1,
+``{"kind": "header", "format": "deltalog-export", "version": 2}`` on line 1,
 then per thread its ``checkpoint``, ``blob`` and ``write`` records, then the
-memory store's ``item`` records. Values stay as the saver's serde wrote them;
+memory store's ``item`` records, then ``{"kind": "end", "records": N}`` with
+the number of records between (version 2; version 1 streams end without it). Values stay as the saver's serde wrote them;
 every ``bytes`` value is written as ``{"$b64": "<base64>"}``.
 
 Who builds the records: the store's read transaction (``export_thread``) the
@@ -26,16 +27,23 @@ __all__ = [
     "EXPORT_FORMAT",
     "EXPORT_VERSION",
     "KINDS",
+    "READ_VERSIONS",
     "check_header",
     "decode_record",
     "encode_record",
+    "end",
     "header",
     "read_lines",
 ]
 
 EXPORT_FORMAT: Final = "deltalog-export"
-EXPORT_VERSION: Final = 1
-#: The record kinds after the header, in stream order.
+#: The version written. Version 2 ends the stream with an ``end`` record
+#: (:func:`end`), so a stream cut short on a line boundary is refused instead
+#: of importing part of its threads; version 1 streams (no ``end``) still read.
+EXPORT_VERSION: Final = 2
+#: Every version this deltalog reads.
+READ_VERSIONS: Final = (1, 2)
+#: The record kinds after the header, in stream order (then ``end``, version 2).
 KINDS: Final = ("checkpoint", "blob", "write", "item")
 
 _B64 = "$b64"
@@ -45,13 +53,24 @@ def header() -> dict[str, Any]:
     """The first record of every stream.
 
     >>> header()
-    {'kind': 'header', 'format': 'deltalog-export', 'version': 1}
+    {'kind': 'header', 'format': 'deltalog-export', 'version': 2}
     """
     return {"kind": "header", "format": EXPORT_FORMAT, "version": EXPORT_VERSION}
 
 
-def check_header(record: Any) -> None:
-    """Refuse a first record that is not a header of this format and version.
+def end(records: int) -> dict[str, Any]:
+    """The last record of a version 2 stream: how many records came between it
+    and the header.
+
+    >>> end(3)
+    {'kind': 'end', 'records': 3}
+    """
+    return {"kind": "end", "records": records}
+
+
+def check_header(record: Any) -> int:
+    """Refuse a first record that is not a header of this format and a version
+    this deltalog reads; return the version.
 
     Raises:
         ImportRecordError: For line 1, naming what was found.
@@ -63,11 +82,13 @@ def check_header(record: Any) -> None:
             "output of `deltalog export`",
         )
     version = record.get("version")
-    if type(version) is not int or version != EXPORT_VERSION:
+    if type(version) is not int or version not in READ_VERSIONS:
         raise ImportRecordError(
             1,
-            f"export stream version {version!r:.40}; this deltalog reads version {EXPORT_VERSION}",
+            f"export stream version {version!r:.40}; this deltalog reads versions "
+            f"{', '.join(map(str, READ_VERSIONS))}",
         )
+    return version
 
 
 def _encode(value: Any) -> Any:

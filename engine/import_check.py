@@ -382,12 +382,29 @@ def check_import(
         )
     checker = _Checker(serde_types(serde), type(serde).__name__)
     rows: list[dict[str, Any]] = []
+    version, ended = 0, 0
     for checker.line, rec in enumerate(records, 1):
         if checker.line == 1:
-            check_header(rec)
+            version = check_header(rec)
+        elif ended:
+            raise checker.fail(f"a record after the end record of line {ended}")
+        elif version >= 2 and isinstance(rec, Mapping) and rec.get("kind") == "end":
+            count = rec.get("records")
+            if type(count) is not int or count != len(rows):
+                raise checker.fail(
+                    f"the end record counts {count!r:.20} records, the stream has {len(rows)}: "
+                    "records are missing or were added; export again"
+                )
+            ended = checker.line
         else:
             rows.append(checker.record(rec))
     if checker.line == 0:
         raise ImportRecordError(1, "the stream is empty; pass the output of `deltalog export`")
+    if version >= 2 and not ended:
+        raise ImportRecordError(
+            checker.line + 1,
+            f"the stream ends after {len(rows)} records without its end record: it was cut "
+            "short (an interrupted export or copy); export again",
+        )
     checker.cycles()
     return rows, checker.first_lines

@@ -61,7 +61,7 @@ from deltalog.engine.config import (
 )
 from deltalog.engine.env import Environment
 from deltalog.engine.env_files import Durable, store_folder
-from deltalog.engine.export import header
+from deltalog.engine.export import end, header
 from deltalog.engine.import_check import check_import
 from deltalog.engine.maintenance import Maintenance, train_on_import
 from deltalog.engine.prepare import prepare_put, prepare_writes
@@ -740,10 +740,15 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
 
         Yields:
             A header record, then checkpoint, blob and write records per
-            thread, then ``item`` records.
+            thread, then ``item`` records, then an ``end`` record counting them
+            (an import refuses a stream without it: cut short).
         """
         yield header()
-        yield from export_rows(self.env, thread_ids, items=items)
+        count = 0
+        for record in export_rows(self.env, thread_ids, items=items):
+            count += 1
+            yield record
+        yield end(count)
 
     def import_records(self, records: Iterable[dict[str, Any]]) -> dict[str, int]:
         """Import an export stream in one write transaction (all or nothing, R8).

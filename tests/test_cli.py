@@ -337,8 +337,8 @@ def test_threads_is_fast_on_10000_threads_and_decodes_nothing(
     path = tmp_path / "many.lmdb"
     with DeltaLogSaver.from_path(path, durable=False) as saver:
         chat_graph(SF).compile(checkpointer=saver).invoke({"messages": [human(0)]}, cfg("seed"))
-        records = [r for r in saver.export_records(["seed"]) if r["kind"] != "header"]
-        header = {"kind": "header", "format": "deltalog-export", "version": 1}
+        records = list(saver.export_records(["seed"]))[1:-1]  # no header, no end
+        header = {"kind": "header", "format": "deltalog-export", "version": 1}  # needs no end
         copies = [{**r, "thread_id": f"thread-{i:05}"} for i in range(10_000) for r in records]
         saver.import_records([header, *copies])
 
@@ -741,8 +741,9 @@ def test_export_import_round_trip_is_exact(store_copy: Path, tmp_path: Path) -> 
     store = store_copy
     stream = run("export", store).stdout
     lines = stream.splitlines()
-    assert json.loads(lines[0]) == {"kind": "header", "format": "deltalog-export", "version": 1}
-    assert {json.loads(line)["kind"] for line in lines[1:]} == {"checkpoint", "blob", "write"}
+    assert json.loads(lines[0]) == {"kind": "header", "format": "deltalog-export", "version": 2}
+    assert {json.loads(line)["kind"] for line in lines[1:-1]} == {"checkpoint", "blob", "write"}
+    assert json.loads(lines[-1]) == {"kind": "end", "records": len(lines) - 2}
     copy = tmp_path / "imported.lmdb"
     counts = run_json("import", copy, input=stream)
     assert counts["threads"] == len(BUILDERS)
@@ -780,7 +781,7 @@ def test_export_some_threads_to_a_file_and_import_from_it(store: Path, tmp_path:
     """-o writes a file; naming threads exports only those; FILE is read instead of stdin."""
     out = tmp_path / "two.jsonl"
     run("export", store, "chat", "fan", "-o", out)
-    threads = {json.loads(line).get("thread_id") for line in out.read_text().splitlines()[1:]}
+    threads = {json.loads(line).get("thread_id") for line in out.read_text().splitlines()[1:-1]}
     assert threads == {"chat", "fan"}
     target = tmp_path / "two.lmdb"
     assert "imported" in run("import", target, out).stdout
@@ -801,9 +802,13 @@ def test_import_rejects_garbage(tmp_path: Path) -> None:
     assert "header" in one_line_error(
         run("import", tmp_path / "y.lmdb", input='{"kind": "blob"}\n', ok=False)
     )
-    assert "version 2" in one_line_error(
-        run("import", tmp_path / "z.lmdb", input=HEADER_LINE.replace("1}", "2}"), ok=False)
+    assert "version 3" in one_line_error(
+        run("import", tmp_path / "z.lmdb", input=HEADER_LINE.replace("1}", "3}"), ok=False)
     )
+    cut = one_line_error(
+        run("import", tmp_path / "w.lmdb", input=HEADER_LINE.replace("1}", "2}"), ok=False)
+    )
+    assert "line 2" in cut and "cut short" in cut
 
 
 def test_export_encoding_round_trips_bytes() -> None:

@@ -38,7 +38,7 @@ def test_cli_reference_documents_every_export_field() -> None:
         )
         records = list(saver.export_records())
     kinds = {r["kind"] for r in records}
-    assert kinds == {"header", "checkpoint", "blob", "write"}
+    assert kinds == {"header", "checkpoint", "blob", "write", "end"}
     for record in records:
         assert f"`{record['kind']}`" in section
         for key in record:

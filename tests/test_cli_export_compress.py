@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 import subprocess
 import sys
 from collections import Counter
@@ -71,3 +72,32 @@ def test_compressed_file_in_real_processes(store: Path, tmp_path: Path) -> None:
         [*run, "threads", str(target), "--json"], check=True, capture_output=True, text=True
     )
     assert sorted(r["thread_id"] for r in json.loads(proc.stdout)) == ["a", "b"]
+
+
+def test_a_compressed_file_is_owner_only_and_a_damaged_one_is_refused(
+    store: Path, tmp_path: Path
+) -> None:
+    """`--compress -o FILE` creates FILE 0600 like a plain export (issue 15.10), and its frame
+    carries zstd's checksum: a flipped bit fails the import instead of importing other bytes."""
+    packed = tmp_path / "all.jsonl.zst"
+    runner = CliRunner()
+    done = runner.invoke(cli, ["export", str(store), "--compress", "-o", str(packed)])
+    assert done.exit_code == 0, done.output
+    assert stat.S_IMODE(packed.stat().st_mode) == 0o600
+    data = packed.read_bytes()
+    assert zstandard.get_frame_parameters(data).has_checksum
+    plain = zstandard.ZstdDecompressor().stream_reader(data).read().decode()
+    refusals = 0
+    for n, at in enumerate(range(20, len(data) - 20, len(data) // 16)):
+        damaged = bytearray(data)
+        damaged[at] ^= 0x10
+        target = tmp_path / f"damaged-{n}.lmdb"
+        result = runner.invoke(cli, ["import", str(target)], input=bytes(damaged))
+        if result.exit_code == 0:  # a bit the decoder never used: the same stream imported
+            again = runner.invoke(cli, ["export", str(target)]).stdout
+            assert sorted(again.splitlines()) == sorted(plain.splitlines())
+        else:
+            refusals += 1
+            assert "Error: the compressed stream is damaged" in result.output
+            assert not target.exists()
+    assert refusals >= 12

@@ -37,9 +37,11 @@ def test_a_mapping_that_would_read_back_as_bytes_is_refused() -> None:
 
 def test_the_header_is_the_one_the_reader_accepts() -> None:
     """header() passes check_header; another format or version is refused at line 1."""
-    export.check_header(export.header())
+    assert export.check_header(export.header()) == export.EXPORT_VERSION
+    assert export.check_header({**export.header(), "version": 1}) == 1  # still read
     bad_headers: list[Any] = [
-        {**export.header(), "version": 2},
+        {**export.header(), "version": 3},
+        {**export.header(), "version": True},
         {**export.header(), "format": "x"},
         [],
     ]

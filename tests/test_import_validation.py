@@ -16,7 +16,7 @@ from typing import Any
 import ormsgpack
 import pytest
 from click.testing import CliRunner
-from deltalog.engine import DeltaLogSaver
+from deltalog.engine import DeltaLogSaver, export
 from deltalog.engine.cli import cli
 from deltalog.engine.cli_ops import encode_record
 from deltalog.engine.errors import (
@@ -25,6 +25,7 @@ from deltalog.engine.errors import (
     InvalidInputError,
     ThreadExistsError,
 )
+from deltalog.engine.import_check import check_import
 from deltalog.engine.txn_base import DB_NAMES
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
@@ -147,6 +148,27 @@ def empty(records: Records) -> int:
     return 1
 
 
+def cut_short(dropped: int) -> Callable[[Records], int]:
+    """The stream without its end record and ``dropped`` records before it (an export
+    cut on a line boundary): the error names the line after the last."""
+
+    def craft(records: Records) -> int:
+        del records[len(records) - 1 - dropped :]
+        return len(records) + 1
+
+    return craft
+
+
+def after_end(records: Records) -> int:
+    records.append(copy.deepcopy(records[line_of(records, "checkpoint")]))
+    return len(records)
+
+
+def end_miscounted(records: Records) -> int:
+    records[-1]["records"] += 1
+    return len(records)
+
+
 def second_header(records: Records) -> int:
     records.insert(4, dict(records[0]))
     return 5
@@ -154,12 +176,16 @@ def second_header(records: Records) -> int:
 
 CASES = [
     Case("no-header", lambda r: r.pop(0) and 1, "header"),
+    Case("cut-before-the-end-record", cut_short(0), "without its end record: it was cut short"),
+    Case("cut-on-a-line-boundary", cut_short(3), "without its end record: it was cut short"),
+    Case("a-record-after-the-end", after_end, "a record after the end record"),
+    Case("end-record-miscounted", end_miscounted, "records are missing or were added"),
     Case("empty-stream", empty, "empty"),
     Case("header-other-format", header({"kind": "header", "format": "x", "version": 1}), "header"),
     Case(
-        "header-version-2",
-        header({"kind": "header", "format": "deltalog-export", "version": 2}),
-        "version 2",
+        "header-version-3",
+        header({"kind": "header", "format": "deltalog-export", "version": 3}),
+        "version 3",
     ),
     Case(
         "header-version-str",
@@ -402,13 +428,15 @@ def test_existing_thread_refused_with_line(stream: Records, tmp_path: Path) -> N
     with DeltaLogSaver.from_path(path) as saver:
         saver.import_records(copy.deepcopy(stream))
     before = snapshot(path)
-    extra = copy.deepcopy(stream)
-    for rec in extra[1:]:
+    body = copy.deepcopy(stream[1:-1])  # between the header and the end record
+    extra = copy.deepcopy(body)
+    for rec in extra:
         rec["thread_id"] = "new-" + rec["thread_id"]
-    both = [*extra, *copy.deepcopy(stream[1:])]  # a new thread first, then the existing one
+    # A new thread first, then the existing one.
+    both = [stream[0], *extra, *body, export.end(2 * len(body))]
     with DeltaLogSaver.from_path(path) as saver, pytest.raises(ThreadExistsError) as info:
         saver.import_records(both)
-    assert str(info.value).startswith(f"line {len(extra) + 1} of the import stream: thread 'chat'")
+    assert str(info.value).startswith(f"line {len(extra) + 2} of the import stream: thread 'chat'")
     assert snapshot(path) == before
 
 
@@ -427,3 +455,15 @@ def test_non_iterable_records_refused(value: Any, tmp_path: Path) -> None:
         saver.import_records(value)
     assert type(value).__name__ in str(info.value)
     assert isinstance(info.value, DeltaLogError)
+
+
+def test_a_version_1_stream_without_an_end_record_still_imports(
+    stream: Records, tmp_path: Path
+) -> None:
+    """Streams written before the end record (version 1) import as they did."""
+    old = [{**stream[0], "version": 1}, *copy.deepcopy(stream[1:-1])]
+    with DeltaLogSaver.from_path(tmp_path / "v1") as saver:
+        assert saver.import_records(old)["threads"] == 1
+        assert list(saver.export_records())[1:-1] == stream[1:-1]
+    with pytest.raises(ImportRecordError, match="kind 'end' is unknown"):
+        check_import([{**stream[0], "version": 1}, *stream[1:]], JsonPlusSerializer())

@@ -16,6 +16,7 @@ from deltalog.engine import DeltaLogSaver, DeltaLogStore
 from deltalog.engine.cli import cli
 from deltalog.engine.cli_ops import decode_record, encode_record
 from deltalog.engine.errors import ImportRecordError, ItemExistsError
+from deltalog.engine.export import end
 from deltalog.engine.import_check import EXPORT_VERSION
 from langgraph.store.base import Item
 
@@ -92,7 +93,7 @@ def test_round_trip_items_and_checkpoints(tmp_path: Path) -> None:
         history = [c.checkpoint for c in saver.list(cfg("chat"))]
     kinds = [r["kind"] for r in records]
     assert kinds.count("item") == 32  # the 1-minute item expired before the export
-    assert [k for k in kinds if k == "item"] == kinds[-32:]
+    assert [k for k in kinds if k == "item"] == kinds[-33:-1]  # items, then the end record
     lines = [encode_record(r) for r in records]  # through JSON, as the CLI writes it
     with DeltaLogSaver.from_path(dst) as saver:
         counts = saver.import_records(decode_record(line) for line in lines)
@@ -151,7 +152,8 @@ def test_old_streams_import_and_version_unchanged(tmp_path: Path) -> None:
     _fill(src)
     with DeltaLogSaver.from_path(src) as saver:
         records = list(saver.export_records(items=False))
-    assert records[0]["version"] == EXPORT_VERSION == 1
+    assert records[0]["version"] == EXPORT_VERSION == 2
+    assert records[-1] == {"kind": "end", "records": len(records) - 2}
     assert all(r["kind"] != "item" for r in records)
     with DeltaLogSaver.from_path(tmp_path / "dst") as saver:
         counts = saver.import_records(records)
@@ -238,7 +240,8 @@ def test_bad_item_record_refused_nothing_written(
 def test_duplicate_and_existing_items_refused(tmp_path: Path, stream: list[dict[str, Any]]) -> None:
     """A stream naming one item twice, or an item live in the target, writes nothing."""
     items = [i for i, r in enumerate(stream, 1) if r["kind"] == "item"]
-    twice = [*copy.deepcopy(stream), copy.deepcopy(stream[items[3] - 1])]
+    # The item again before the end record, which then counts one more.
+    twice = [*copy.deepcopy(stream[:-1]), copy.deepcopy(stream[items[3] - 1]), end(len(stream) - 1)]
     with DeltaLogSaver.from_path(tmp_path / "dst") as saver:
         with pytest.raises(ImportRecordError, match=f"first on line {items[3]}"):
             saver.import_records(twice)
