@@ -121,8 +121,8 @@ def store_settings() -> tuple[IndexConfig | None, TTLConfig | None]:
     :data:`ENV_STORE_CONFIG`; the built-in store reads ``index`` and ``ttl``
     from it, and so does :func:`store`. An ``embed`` naming a file
     (``"./embed.py:embed"``, relative to the working directory) is loaded from
-    that file, as the server loads it for its own store; a provider (``"openai:text-embedding-3-small"``) goes to LangChain's
-    ``init_embeddings``.
+    that file, as the server loads it for its own store; a provider
+    (``"openai:text-embedding-3-small"``) goes to LangChain's ``init_embeddings``.
 
     Raises:
         InvalidInputError: The variable is not a JSON object, ``index`` or

@@ -5,8 +5,9 @@ module owns it in code. The stream is JSON Lines: the header
 ``{"kind": "header", "format": "deltalog-export", "version": 2}`` on line 1,
 then per thread its ``checkpoint``, ``blob`` and ``write`` records, then the
 memory store's ``item`` records, then ``{"kind": "end", "records": N}`` with
-the number of records between (version 2; version 1 streams end without it). Values stay as the saver's serde wrote them;
-every ``bytes`` value is written as ``{"$b64": "<base64>"}``.
+the number of records between (version 2; version 1 streams end without it).
+Values stay as the saver's serde wrote them; every ``bytes`` value is written
+as ``{"$b64": "<base64>"}``.
 
 Who builds the records: the store's read transaction (``export_thread``) the
 checkpoint, blob and write records; :mod:`deltalog.engine.memory_export` the
