@@ -347,14 +347,15 @@ class Maintenance:
         """Refuse a reducer that does not rebuild the values the graph stored (R7).
 
         The graph's own reducer wrote every snapshot (``_DeltaSnapshot``) on
-        the way to ``cid``: each is the replay of the writes before it from
-        the snapshot before that (where :meth:`_replays_its_history`). So the caller's reducer must turn the
-        history of the nearest snapshotted ancestors (up to
-        ``_REDUCER_WITNESSES`` whose history has writes) into exactly the
-        value stored there. Cost: that many more walks, each back to the
-        previous snapshot. A chain with no snapshot that follows writes (a
-        thread younger than its snapshot frequency) offers nothing to check
-        against; its seed is still exactly the replay of the kept chain.
+        the way to ``cid``; where :meth:`_replays_its_history`, it is the
+        replay of the writes before it from the snapshot before that. So the
+        caller's reducer must turn the history of the nearest such snapshots
+        (up to ``_REDUCER_WITNESSES`` whose history has writes) into exactly
+        the value stored there. Cost: that many more walks, each back to the
+        previous snapshot. A chain with no such snapshot (a thread younger
+        than its snapshot frequency, or written with ``durability="exit"``)
+        offers nothing to check against; its seed is still exactly the replay
+        of the kept chain.
 
         Raises:
             ReducerMismatchError: Naming the channel, the checkpoint and the mismatch.
