@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import click
 from deltalog.engine.cli_common import (
+    AES_KEY_ENV,
     CONTEXT_SETTINGS,
     SERDE_ENV,
     TRUSTED_ENV,
@@ -297,13 +298,16 @@ def migrate_cmd(
     if to_uri is not None and not path.is_dir():
         raise click.BadParameter(f"no store at {path}", param_hint="PATH")
     uri = to_uri or from_uri or ""
-    from deltalog.engine.cli_serde import cli_serde
+    from deltalog.engine.cli_serde import cli_serde, make_serde
 
     # The source is read strictly and a blocked type refused: the target would store plain data.
     reading = cli_serde(refuse_blocked=True)
+    # With LANGGRAPH_AES_KEY a --to target is written encrypted, as a --from one is
+    # (open_saver's serde): its saver reads it with EncryptedSerializer around its default.
+    writing = make_serde(trusted=True) if to_uri and os.environ.get(AES_KEY_ENV) else None
     with (
         open_saver(path, readonly=to_uri is not None, serde=reading if to_uri else None) as store,
-        open_saver_uri(uri, serde=None if to_uri else reading) as other,
+        open_saver_uri(uri, serde=writing if to_uri else reading) as other,
     ):
         source: BaseCheckpointSaver[Any] = store if to_uri else other
         target: BaseCheckpointSaver[Any] = other if to_uri else store

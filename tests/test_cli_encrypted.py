@@ -134,3 +134,30 @@ def test_cli_serde_option(store: Path, tmp_path: Path) -> None:
     plain = "langgraph.checkpoint.serde.jsonplus:JsonPlusSerializer"
     line = one_error_line(deltalog("--serde", plain, "show", store, "chat"))
     assert "written with EncryptedSerializer" in line
+
+
+def test_migrate_to_sqlite_with_the_key_writes_the_target_encrypted(
+    store: Path, tmp_path: Path
+) -> None:
+    """`migrate --to sqlite:` with LANGGRAPH_AES_KEY keeps the values encrypted at rest, as
+    `--from` does: the SQLite file holds `msgpack+aes` values, SqliteSaver with the same
+    EncryptedSerializer reads the same state, and without it reading fails."""
+    import sqlite3
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    target = tmp_path / "moved.sqlite"
+    done = deltalog("migrate", store, "--to", f"sqlite:{target}", key=KEY)
+    assert done.returncode == 0, done.stderr
+    with sqlite3.connect(target) as conn:
+        kinds = {row[0] for row in conn.execute("SELECT type FROM checkpoints")}
+        kinds |= {row[0] for row in conn.execute("SELECT type FROM writes")}
+    assert kinds and all(kind.endswith("+aes") for kind in kinds), kinds
+    serde = EncryptedSerializer.from_pycryptodome_aes(key=KEY.encode())
+    with DeltaLogSaver.from_path(store, serde=serde) as saver:
+        want = chat_graph(2).compile(checkpointer=saver).get_state(cfg("chat")).values
+    with sqlite3.connect(target, check_same_thread=False) as conn:
+        got = chat_graph(2).compile(checkpointer=SqliteSaver(conn, serde=serde))
+        assert got.get_state(cfg("chat")).values == want
+        with pytest.raises(Exception, match=r"aes"):
+            chat_graph(2).compile(checkpointer=SqliteSaver(conn)).get_state(cfg("chat"))
