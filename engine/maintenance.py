@@ -295,7 +295,9 @@ class Maintenance:
             out["seed"] = self._load(seed)
         return out
 
-    def _replays_its_history(self, r: ReadTxn, g: _Group, cid: str, channel: str) -> bool:
+    def _replays_its_history(
+        self, r: ReadTxn, g: _Group, cid: str, channel: str, frequency: int
+    ) -> bool:
         """Whether the snapshot of ``channel`` at ``cid`` is the replay of its history.
 
         LangGraph also stores a snapshot where the history does not rebuild
@@ -303,12 +305,15 @@ class Maintenance:
         ``"fork"``, a copy), after a run from an older checkpoint (an
         ``"input"`` checkpoint whose parent holds writes of tasks the new run
         dropped), and where ``durability="exit"`` stored no checkpoints
-        between (steps skipped). So every checkpoint on the walk back to the
-        previous snapshot must be the superstep after its parent's: source
-        ``"loop"``, or ``"input"`` over a parent without writes to ``channel``,
-        its step one more than the parent's; a walk that ends without a
-        snapshot must end at the thread's first checkpoint (step -1), not at
-        one a prune cut from its parent.
+        between (steps skipped). So the snapshot must be one the thread's
+        snapshot ``frequency`` made due (a forced one comes earlier: the
+        update replacing a pending write, the run from an older checkpoint),
+        and every checkpoint on the walk back to the previous snapshot the
+        superstep after its parent's: source ``"loop"`` or ``"update"`` (whose
+        write is stored on the checkpoint it updated), or ``"input"`` over a
+        parent without writes to ``channel``, its step one more than the
+        parent's; a walk that ends without a snapshot must end at the thread's
+        first checkpoint (step -1), not at one a prune cut from its parent.
         """
         node = g.nodes.get(cid)
         while node is not None:
@@ -322,8 +327,10 @@ class Maintenance:
             here = self._metadata(r, g, node.checkpoint_id)
             before = self._metadata(r, g, parent.checkpoint_id)
             source, step, parent_step = here.get("source"), here.get("step"), before.get("step")
-            if source not in ("loop", "input") or not isinstance(step, int):
+            if source not in ("loop", "input", "update") or not isinstance(step, int):
                 return False
+            if node.checkpoint_id == cid and _updates_before(before, channel) + 1 < frequency:
+                return False  # a snapshot LangGraph forced, before its frequency was due
             if not isinstance(parent_step, int) or step != parent_step + 1:
                 return False
             if source == "input":
@@ -334,6 +341,18 @@ class Maintenance:
                 return True
             node = parent
         return False
+
+    def _frequency(self, r: ReadTxn, g: _Group, channel: str) -> int:
+        """The snapshot frequency the thread was written with, as its snapshots
+        show it: the most updates any of them followed (LangGraph snapshots a
+        channel when its updates since the last snapshot reach the frequency;
+        the snapshots it forces come earlier). 1 where no counters are stored."""
+        found = 1
+        for node in g.nodes.values():
+            if channel in node.seeded and node.parent_id is not None and node.parent_id in g.nodes:
+                before = self._metadata(r, g, node.parent_id)
+                found = max(found, _updates_before(before, channel) + 1)
+        return found
 
     def _metadata(self, r: ReadTxn, g: _Group, cid: str) -> dict[str, Any]:
         row = r.checkpoint(g.t, g.n, cid, with_writes=False)
@@ -363,6 +382,7 @@ class Maintenance:
         checked = 0
         node = g.nodes.get(cid)
         seen: set[str] = set()
+        frequency = self._frequency(r, g, channel)
         while node is not None and node.parent_id is not None and checked < _REDUCER_WITNESSES:
             node = g.nodes.get(node.parent_id)
             if node is None or node.checkpoint_id in seen:
@@ -372,7 +392,8 @@ class Maintenance:
                 continue
             row = r.checkpoint(g.t, g.n, node.checkpoint_id, with_writes=False)
             stored = row.values.get(channel) if row is not None else None
-            if stored is None or not self._replays_its_history(r, g, node.checkpoint_id, channel):
+            witness = self._replays_its_history(r, g, node.checkpoint_id, channel, frequency)
+            if stored is None or not witness:
                 continue
             history = r.delta_history(g.t, g.n, node.checkpoint_id, [channel])[channel]
             if not history[1]:
@@ -578,6 +599,16 @@ class _Group:
     versions: dict[str, dict[str, Any]]
     runs: dict[str, str | None]
     timestamps: dict[str, datetime] = field(default_factory=dict)
+
+
+def _updates_before(metadata: Mapping[str, Any], channel: str) -> int:
+    """The updates of ``channel`` since its last snapshot that a checkpoint's
+    metadata counts (``counters_since_delta_snapshot``; 0 when absent)."""
+    counters = metadata.get("counters_since_delta_snapshot")
+    pair = counters.get(channel) if isinstance(counters, Mapping) else None
+    if isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[0], int):
+        return pair[0]
+    return 0
 
 
 def _specs(reducers: ChannelSource | None) -> dict[str, Any]:

@@ -231,3 +231,27 @@ def test_a_walk_that_ends_where_a_prune_cut_witnesses_no_reducer(
     saver.prune(["t"], keep_last=4, reducers=graph)
     assert observe(graph.get_state(cfg("t")))["values"] == state["values"]
     assert saver.verify().ok
+
+
+@pytest.mark.parametrize("turns", [3, 4])
+def test_a_wrong_reducer_is_refused_on_a_thread_with_edits_by_update_state(
+    turns: int, make_saver: Callable[..., DeltaLogSaver]
+) -> None:
+    """update_state on the latest checkpoint stores its write there, and LangGraph's
+    frequency rule may put the next snapshot on the update checkpoint: a witness like any
+    other. A wrong reducer is refused; the right graph re-seeds the same state."""
+    saver = make_saver()
+    graph = events_graph(saver)
+    for turn in range(turns):
+        graph.invoke({"events": [f"in{turn}"]}, cfg("t"))
+        graph.update_state(cfg("t"), {"events": [f"edit{turn}"]})
+    graph.invoke({"events": ["last"]}, cfg("t"))  # the latest is no snapshot: prune re-seeds
+    state = observe(graph.get_state(cfg("t")))
+    before = dump(saver)
+    with pytest.raises(ReducerMismatchError, match="channel 'events'"):
+        saver.prune(["t"], reducers={"events": prepend})
+    with pytest.raises(ReducerMismatchError, match="channel 'events'"):
+        saver.prune(["t"], reducers={"events": delta(prepend, snapshot_every=3)})
+    assert dump(saver) == before
+    assert saver.prune(["t"], reducers=graph).seeds == 1
+    assert observe(graph.get_state(cfg("t")))["values"] == state["values"]
