@@ -35,6 +35,7 @@ import importlib.util
 import json
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -156,10 +157,13 @@ def _embedder_from_file(spec: str) -> Any:
     directory, as the server resolves it), loaded as a module of its own."""
     file, _, name = spec.rpartition(":")
     where = f'"store": {{"index": {{"embed": {spec!r}}}}} in langgraph.json'
-    loader = importlib.util.spec_from_file_location(f"deltalog_embed_{abs(hash(file))}", file)
+    name_of_module = "deltalog_embed_" + "".join(c if c.isalnum() else "_" for c in file)
+    loader = importlib.util.spec_from_file_location(name_of_module, file)
     if loader is None or loader.loader is None or not os.path.isfile(file):
         raise InvalidInputError(f"{where}: no file {os.path.abspath(file)!r}")
     module = importlib.util.module_from_spec(loader)
+    # Registered before it runs, as an import would be (dataclasses look it up).
+    sys.modules[name_of_module] = module
     loader.loader.exec_module(module)
     found = getattr(module, name, None)
     if found is None:

@@ -44,11 +44,19 @@ graph = builder.compile()
 """
 
 EMBED = """
+from __future__ import annotations
+
 import hashlib
+from dataclasses import dataclass
+
+
+@dataclass
+class Settings:  # a dataclass looks its module up in sys.modules as it is defined
+    size: int = 8
 
 
 def embed(texts: list[str]) -> list[list[float]]:
-    return [[b / 255 for b in hashlib.sha256(t.encode()).digest()[:8]] for t in texts]
+    return [[b / 255 for b in hashlib.sha256(t.encode()).digest()[: Settings().size]] for t in texts]
 """
 
 # No analytics, version checks or tracing: the server talks to nothing but the test.
