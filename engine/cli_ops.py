@@ -705,8 +705,12 @@ def import_cmd(path: Path, source: IO[bytes], as_json: bool) -> None:
         with open_saver(path, serde=serde) as saver:
             counts = saver.import_records(records)
     except ImportRecordError as exc:
-        # The library counts records; blank lines were skipped here.
-        line = numbers[exc.line - 1] if 0 < exc.line <= len(numbers) else exc.line
+        # The library counts records; blank lines were skipped here (the line
+        # after the last record: a stream cut short).
+        if 0 < exc.line <= len(numbers):
+            line = numbers[exc.line - 1]
+        else:
+            line = numbers[-1] + 1 if numbers and exc.line == len(numbers) + 1 else exc.line
         raise ImportRecordError(line, exc.reason) from None
     if as_json:
         out.json(counts)

@@ -387,13 +387,15 @@ def check_import(
         if checker.line == 1:
             version = check_header(rec)
         elif ended:
-            raise checker.fail(f"a record after the end record of line {ended}")
+            raise checker.fail("a record after the end record; import streams one by one")
         elif version >= 2 and isinstance(rec, Mapping) and rec.get("kind") == "end":
             count = rec.get("records")
             if type(count) is not int or count != len(rows):
                 raise checker.fail(
                     f"the end record counts {count!r:.20} records, the stream has {len(rows)}: "
-                    "records are missing or were added; export again"
+                    "records are missing or were added since the export (a stream cut or "
+                    "edited; to import part of a store, export just that: "
+                    "export_records(thread_ids, items=...))"
                 )
             ended = checker.line
         else:

@@ -846,3 +846,16 @@ def test_demo_without_path_uses_the_current_folder(
     result = CliRunner().invoke(cli, ["demo", "--turns", "3", "--json"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "deltalog-demo.lmdb" / "data.mdb").exists()
+
+
+def test_a_cut_export_names_the_file_line_after_its_last_record(
+    store_copy: Path, tmp_path: Path
+) -> None:
+    """An export without its end record, with blank lines in it: the error names the file's
+    line after the last record (blank lines counted), and nothing is created."""
+    lines = run("export", store_copy).stdout.splitlines()
+    cut = [lines[0], "", "", *lines[1:-1]]  # two blank lines; the end record gone
+    target = tmp_path / "cut.lmdb"
+    error = one_line_error(run("import", target, input="\n".join(cut) + "\n", ok=False))
+    assert f"line {len(cut) + 1} of the import stream" in error and "cut short" in error
+    assert not target.exists()
