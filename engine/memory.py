@@ -306,10 +306,9 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir = None
 
-    async def _aclose(self) -> None:
-        """``async with`` exit: stop the sweeper task on the loop, then close off it."""
+    async def _astop(self) -> None:
+        """``async with`` exit: the sweeper task stops on the loop before the store closes."""
         await self.astop_ttl_sweeper()
-        await super()._aclose()
 
     # -- batches ------------------------------------------------------------------------
 

@@ -38,9 +38,12 @@ class ClosingContext:
     def close(self) -> None:
         raise NotImplementedError
 
+    async def _astop(self) -> None:
+        """Stop what runs on the event loop (the memory store's sweeper task)."""
+
     async def _aclose(self) -> None:
-        # Closing waits for writers and may close LMDB: not on the loop.
-        await asyncio.to_thread(self.close)
+        await self._astop()
+        self.close()
 
     def __enter__(self: _C) -> _C:
         return self
@@ -70,8 +73,9 @@ class OpenContext(AbstractContextManager[_C], AbstractAsyncContextManager[_C]):
     <deltalog.engine.DeltaLogSaver.from_conn_string>`, ``DeltaLogStore.from_conn_string``):
     opens the store on entering the block and closes it on leaving it.
 
-    ``async with`` opens it in a worker thread (opening may create files, run
-    migrations and fsync) and closes it as ``async with`` on the object does.
+    ``async with`` opens and closes it in a worker thread (opening may create
+    files, run migrations and fsync; closing waits for writers), after
+    stopping what runs on the loop.
     """
 
     def __init__(self, opener: Callable[[], _C]) -> None:
@@ -104,7 +108,8 @@ class OpenContext(AbstractContextManager[_C], AbstractAsyncContextManager[_C]):
     ) -> None:
         opened, self._opened = self._opened, None
         if opened is not None:
-            await opened._aclose()
+            await opened._astop()
+            await asyncio.to_thread(opened.close)
 
 
 # One environment per path and process: LMDB (and py-lmdb) refuse a second
