@@ -68,10 +68,8 @@ def held_inline(channel: str, value: Any, typed: Typed) -> bool:
 
 def held_inline_typed(channel: str, typed: Typed) -> bool:
     """:func:`held_inline` from the serialized value alone, for values that arrive
-    serialized (an import): a scalar is LangGraph's ``("null", b"")`` or a
-    ``"msgpack"`` payload that is one msgpack nil, bool, int, float or str (a
-    value of another type carries an extension or a container). Never calls
-    the serde.
+    serialized (an import): the value is the scalar its bytes hold, if they hold
+    one (:func:`_scalar_in`). Never calls the serde.
 
     >>> held_inline_typed("count", ("msgpack", b"\\x07")), held_inline_typed("x", ("null", b""))
     (True, True)
@@ -80,21 +78,29 @@ def held_inline_typed(channel: str, typed: Typed) -> bool:
     >>> held_inline_typed(INPUT_CHANNEL, ("msgpack", b"\\x81\\xa1a\\x01"))
     True
     """
+    return held_inline(channel, _scalar_in(typed), typed)
+
+
+#: What :func:`_scalar_in` returns for bytes that hold no scalar.
+_NOT_SCALAR: Final = object()
+
+
+def _scalar_in(typed: Typed) -> Any:
+    """The scalar serialized in ``typed``: ``None`` for LangGraph's ``("null", b"")``,
+    or a ``"msgpack"`` payload that is exactly one msgpack nil, bool, int, float
+    or str, as LangGraph's ormsgpack encodes it (a value of another type carries
+    an extension or a container); else :data:`_NOT_SCALAR`. Payloads longer than
+    any inline bound are not decoded: :func:`held_inline` refuses them anyway."""
     kind, payload = typed
-    if channel == INPUT_CHANNEL:
-        return len(payload) <= INPUT_INLINE_MAX
-    if len(payload) > INLINE_MAX:
-        return False
     if kind == "null":
-        return True
-    if kind != "msgpack":
-        return False
+        return None
+    if kind != "msgpack" or len(payload) > max(INLINE_MAX, INPUT_INLINE_MAX):
+        return _NOT_SCALAR
     try:
         value = ormsgpack.unpackb(payload)
     except (ormsgpack.MsgpackDecodeError, TypeError, ValueError):
-        return False  # an extension type, or no msgpack at all
-    # Exactly one object, encoded as LangGraph's ormsgpack encodes it.
-    return type(value) in _SCALARS and ormsgpack.packb(value) == payload
+        return _NOT_SCALAR  # an extension type, or no msgpack at all
+    return value if type(value) in _SCALARS and ormsgpack.packb(value) == payload else _NOT_SCALAR
 
 
 # Positions of the checkpoint record's fields (see CheckpointEnvelope).

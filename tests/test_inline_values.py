@@ -13,7 +13,7 @@ import pytest
 from deltalog.engine import DeltaLogSaver, keys
 from deltalog.engine import envelope as envelope_module
 from deltalog.engine.envelope import INLINE_MAX
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
@@ -368,6 +368,8 @@ _values = st.recursive(
     channel=st.sampled_from(["count", envelope_module.INPUT_CHANNEL]),
     value=_values,
 )
+# A run input that is a string of more than INLINE_MAX bytes: a put keeps it as a blob.
+@example(channel=envelope_module.INPUT_CHANNEL, value="x" * 700)
 def test_the_inline_rule_from_serialized_bytes_is_the_rule_from_values(
     channel: str, value: Any
 ) -> None:
