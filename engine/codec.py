@@ -1298,7 +1298,7 @@ class RecordCodec:
     def final_due(self) -> bool:
         """Whether the samples suffice to train the final dictionary, which this codec
         lacks (then :attr:`wants_training` is true too)."""
-        return FINAL_DICT not in self.dictionaries and self._final_due()
+        return not self.has_final_dictionary and self._final_due()
 
     @property
     def wants_training(self) -> bool:
