@@ -296,7 +296,13 @@ class Maintenance:
         return out
 
     def _replays_its_history(
-        self, r: ReadTxn, g: _Group, cid: str, channel: str, frequency: int
+        self,
+        r: ReadTxn,
+        g: _Group,
+        cid: str,
+        channel: str,
+        frequency: int,
+        metadata: Callable[[str], dict[str, Any]],
     ) -> bool:
         """Whether the snapshot of ``channel`` at ``cid`` is the replay of its history.
 
@@ -320,12 +326,11 @@ class Maintenance:
             if node.parent_id is None:
                 # The thread's first checkpoint (step -1), not one a prune left
                 # without its parent: the writes before it are gone.
-                return self._metadata(r, g, node.checkpoint_id).get("step") == -1
+                return metadata(node.checkpoint_id).get("step") == -1
             parent = g.nodes.get(node.parent_id)
             if parent is None:
                 return False
-            here = self._metadata(r, g, node.checkpoint_id)
-            before = self._metadata(r, g, parent.checkpoint_id)
+            here, before = metadata(node.checkpoint_id), metadata(parent.checkpoint_id)
             source, step, parent_step = here.get("source"), here.get("step"), before.get("step")
             if source not in ("loop", "input", "update") or not isinstance(step, int):
                 return False
@@ -334,7 +339,7 @@ class Maintenance:
             if not isinstance(parent_step, int) or step != parent_step + 1:
                 return False
             if source == "input":
-                row = r.checkpoint(g.t, g.n, parent.checkpoint_id, with_writes=True)
+                row = r.checkpoint(g.t, g.n, parent.checkpoint_id, with_values=False)
                 if row is None or any(w.channel == channel for w in row.writes):
                     return False
             if channel in parent.seeded:
@@ -342,7 +347,7 @@ class Maintenance:
             node = parent
         return False
 
-    def _frequency(self, r: ReadTxn, g: _Group, channel: str) -> int:
+    def _frequency(self, g: _Group, channel: str, metadata: Callable[[str], dict[str, Any]]) -> int:
         """The snapshot frequency the thread was written with, as its snapshots
         show it: the most updates any of them followed (LangGraph snapshots a
         channel when its updates since the last snapshot reach the frequency;
@@ -350,12 +355,11 @@ class Maintenance:
         found = 1
         for node in g.nodes.values():
             if channel in node.seeded and node.parent_id is not None and node.parent_id in g.nodes:
-                before = self._metadata(r, g, node.parent_id)
-                found = max(found, _updates_before(before, channel) + 1)
+                found = max(found, _updates_before(metadata(node.parent_id), channel) + 1)
         return found
 
     def _metadata(self, r: ReadTxn, g: _Group, cid: str) -> dict[str, Any]:
-        row = r.checkpoint(g.t, g.n, cid, with_writes=False)
+        row = r.checkpoint(g.t, g.n, cid, with_values=False, with_writes=False)
         try:
             metadata = self.serde.loads_typed(row.metadata) if row is not None else None
         except Exception:  # unreadable metadata: verify reports it; no witness
@@ -382,7 +386,9 @@ class Maintenance:
         checked = 0
         node = g.nodes.get(cid)
         seen: set[str] = set()
-        frequency = self._frequency(r, g, channel)
+        # Each checkpoint's metadata decoded once for the frequency and every walk.
+        metadata = functools.cache(functools.partial(self._metadata, r, g))
+        frequency = self._frequency(g, channel, metadata)
         while node is not None and node.parent_id is not None and checked < _REDUCER_WITNESSES:
             node = g.nodes.get(node.parent_id)
             if node is None or node.checkpoint_id in seen:
@@ -392,7 +398,9 @@ class Maintenance:
                 continue
             row = r.checkpoint(g.t, g.n, node.checkpoint_id, with_writes=False)
             stored = row.values.get(channel) if row is not None else None
-            witness = self._replays_its_history(r, g, node.checkpoint_id, channel, frequency)
+            witness = self._replays_its_history(
+                r, g, node.checkpoint_id, channel, frequency, metadata
+            )
             if stored is None or not witness:
                 continue
             history = r.delta_history(g.t, g.n, node.checkpoint_id, [channel])[channel]
