@@ -152,8 +152,6 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
     ) -> None:
         self.env = env
         self.owns_env = owns_env
-        self._shared = False
-        self._temp_dir: str | None = None  # the folder of a ":memory:" store
         self._clock = clock or time.time
         self.ttl_config = _check_ttl_config(ttl)
         self.index_config: dict[str, Any] | None = None
@@ -240,15 +238,14 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
         env, temp_dir = open_path(path, options)
         try:
             out = cls(env, ttl=ttl, clock=clock)
-            if checked is not None:
-                out.index_config, out.embeddings, out._fields = checked
         except BaseException:
             release_shared(env)
             if temp_dir is not None:
                 shutil.rmtree(temp_dir, ignore_errors=True)
             raise
-        out._shared = True
-        out._temp_dir = temp_dir
+        out._opened_at(temp_dir)
+        if checked is not None:
+            out.index_config, out.embeddings, out._fields = checked
         return out
 
     @classmethod
@@ -296,15 +293,7 @@ class DeltaLogStore(MemorySearch, ClosingContext, BaseStore):
     def close(self) -> None:
         """Stop the sweeper and release the environment (closed with its last user)."""
         self.stop_ttl_sweeper(timeout=5)
-        if self._shared:
-            self._shared = False
-            release_shared(self.env)
-        elif self.owns_env:
-            self.owns_env = False
-            self.env.close()
-        if self._temp_dir is not None:
-            shutil.rmtree(self._temp_dir, ignore_errors=True)
-            self._temp_dir = None
+        self._let_go()
 
     async def _astop(self) -> None:
         """``async with`` exit: the sweeper task stops on the loop before the store closes."""

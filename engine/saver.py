@@ -28,7 +28,6 @@ import asyncio
 import builtins
 import functools
 import os
-import shutil
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -67,7 +66,7 @@ from deltalog.engine.maintenance import Maintenance, train_on_import
 from deltalog.engine.prepare import prepare_put, prepare_writes
 from deltalog.engine.reads import export_rows, list_rows
 from deltalog.engine.reports import CompactReport, CopyReport, RemovalReport, VerifyReport
-from deltalog.engine.shared import ClosingContext, OpenContext, open_path, release_shared
+from deltalog.engine.shared import ClosingContext, OpenContext, open_path
 from deltalog.engine.store_rows import (
     CheckpointRow,
     DeltaHistory,
@@ -178,8 +177,6 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
         )
         self.history_copies = HistoryCopies()
         self._executor: ThreadPoolExecutor | None = None
-        self._shared = False
-        self._temp_dir: str | None = None  # the folder of a ":memory:" store
 
     @classmethod
     def from_path(
@@ -246,8 +243,7 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
         }
         store, temp_dir = open_path(path, options)
         saver = cls(store, serde=serde, cache_bytes=cache_bytes)
-        saver._shared = True
-        saver._temp_dir = temp_dir
+        saver._opened_at(temp_dir)
         return saver
 
     @classmethod
@@ -294,14 +290,7 @@ class DeltaLogSaver(BaseCheckpointSaver[str], ClosingContext):
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
-        if self._shared:
-            self._shared = False
-            release_shared(self.env)
-        elif self.owns_env:
-            self.env.close()
-        if self._temp_dir is not None:
-            shutil.rmtree(self._temp_dir, ignore_errors=True)
-            self._temp_dir = None
+        self._let_go()
 
     # -- serialization helpers -----------------------------------------------------------
 

@@ -33,10 +33,37 @@ _C = TypeVar("_C", bound="ClosingContext")
 class ClosingContext:
     """``with`` and ``async with`` for the saver and the memory store: both
     return the object itself and close it on exit (``async with`` through
-    :meth:`_aclose`, which a subclass extends)."""
+    :meth:`_aclose`, which a subclass extends); and what both do with the
+    environment they hold when they close (:meth:`_let_go`)."""
+
+    env: Environment
+    owns_env: bool
+    #: Opened by ``from_path``: the environment is shared (:func:`open_shared`)
+    #: and released, not closed.
+    _shared: bool = False
+    #: The folder of a ``":memory:"`` store, deleted on close.
+    _temp_dir: str | None = None
 
     def close(self) -> None:
         raise NotImplementedError
+
+    def _opened_at(self, temp_dir: str | None) -> None:
+        """Hold an environment from :func:`open_path` (and its temporary folder)."""
+        self._shared = True
+        self._temp_dir = temp_dir
+
+    def _let_go(self) -> None:
+        """Release the shared environment or close an owned one, then delete a
+        ``":memory:"`` store's folder. Idempotent."""
+        if self._shared:
+            self._shared = False
+            release_shared(self.env)
+        elif self.owns_env:
+            self.owns_env = False
+            self.env.close()
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
 
     async def _astop(self) -> None:
         """Stop what runs on the event loop (the memory store's sweeper task)."""
