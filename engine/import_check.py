@@ -382,7 +382,7 @@ def check_import(
         )
     checker = _Checker(serde_types(serde), type(serde).__name__)
     rows: list[dict[str, Any]] = []
-    version, ended = 0, 0
+    version, ended = 0, False
     for checker.line, rec in enumerate(records, 1):
         if checker.line == 1:
             version = check_header(rec)
@@ -397,7 +397,7 @@ def check_import(
                     "edited; to import part of a store, export just that: "
                     "export_records(thread_ids, items=...))"
                 )
-            ended = checker.line
+            ended = True
         else:
             rows.append(checker.record(rec))
     if checker.line == 0:
