@@ -31,11 +31,9 @@ passes this one to every run.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import logging
 import os
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -157,15 +155,11 @@ def _embedder_from_file(spec: str) -> Any:
     directory, as the server resolves it), loaded as a module of its own."""
     file, _, name = spec.rpartition(":")
     where = f'"store": {{"index": {{"embed": {spec!r}}}}} in langgraph.json'
-    name_of_module = "deltalog_embed_" + "".join(c if c.isalnum() else "_" for c in file)
-    loader = importlib.util.spec_from_file_location(name_of_module, file)
-    if loader is None or loader.loader is None or not os.path.isfile(file):
+    if not os.path.isfile(file):
         raise InvalidInputError(f"{where}: no file {os.path.abspath(file)!r}")
-    module = importlib.util.module_from_spec(loader)
-    # Registered before it runs, as an import would be (dataclasses look it up).
-    sys.modules[name_of_module] = module
-    loader.loader.exec_module(module)
-    found = getattr(module, name, None)
+    from deltalog.engine.cli_common import module_from_file
+
+    found = getattr(module_from_file(file), name, None)
     if found is None:
         raise InvalidInputError(f"{where}: {file!r} defines no {name!r}")
     return found

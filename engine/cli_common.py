@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
+from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -443,6 +444,25 @@ def load_graph(spec: str) -> Pregel[Any, Any, Any, Any]:
     return _as_graph(import_attr(spec, "--graph"), spec)
 
 
+def module_from_file(path: str | os.PathLike[str]) -> ModuleType:
+    """Run the Python file at ``path`` as a module of its own and return it.
+
+    Raises:
+        ImportError: The file cannot be loaded (and what running it raises).
+    """
+    file = Path(path).resolve()
+    # A private module name: never shadows an installed module, and
+    # registering it lets typing (and dataclasses) resolve the file's annotations.
+    name = f"_deltalog_graph_{abs(hash(str(file))):x}_{file.stem}"
+    mod_spec = importlib.util.spec_from_file_location(name, file)
+    if mod_spec is None or mod_spec.loader is None:
+        raise ImportError(f"cannot load {file}")
+    module = importlib.util.module_from_spec(mod_spec)
+    sys.modules[name] = module
+    mod_spec.loader.exec_module(module)
+    return module
+
+
 def import_attr(spec: str, option: str) -> Any:
     """The object ``module:attr`` or ``path/to/file.py:attr`` names (for ``option``).
 
@@ -454,16 +474,7 @@ def import_attr(spec: str, option: str) -> Any:
         raise CliError(f"{option} {spec!r}: expected MODULE:ATTR, e.g. myapp.agent:graph")
     try:
         if module_name.endswith(".py") or os.sep in module_name:
-            file = Path(module_name).resolve()
-            # A private module name: never shadows an installed module, and
-            # registering it lets typing resolve the file's annotations.
-            name = f"_deltalog_graph_{abs(hash(str(file))):x}_{file.stem}"
-            mod_spec = importlib.util.spec_from_file_location(name, file)
-            if mod_spec is None or mod_spec.loader is None:
-                raise ImportError(f"cannot load {file}")
-            module = importlib.util.module_from_spec(mod_spec)
-            sys.modules[name] = module
-            mod_spec.loader.exec_module(module)
+            module = module_from_file(module_name)
         else:
             if os.getcwd() not in sys.path:
                 sys.path.insert(0, os.getcwd())
